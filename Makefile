@@ -1,0 +1,54 @@
+# splitserve: every habitual command has one short name here.
+#   make run    set up what is missing, then serve serve_configs/default.yaml on 127.0.0.1:8000
+#   make test   set up what is missing, then run the test suite (unit + integration)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# Bump to force `make setup` to reinstall on every machine.
+STAMP := $(VENV)/.setup-v1
+CONFIG ?= serve_configs/default.yaml
+# Where pip finds the CPU build of torch 2.13.0 (e.g. PyTorch's CPU wheel index) on
+# machines whose package index does not serve it; empty means the default index.
+TORCH_INDEX ?=
+# Run a command inside a private network namespace that has only loopback, where we can
+# (root + unshare): Ray and Serve bind the external interface by default.
+NETNS := if [ "$$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then \
+	  exec unshare -n bash -c 'ip link set lo up && exec "$$@"' netns "$$@"; else exec "$$@"; fi; :
+
+.PHONY: setup run test test-unit test-integration lint format clean-cache
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PIP) install --quiet -e '.[cpu,test]'
+	@# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside a CPU
+	@# torch, and triton is unused on CPU: text-only vLLM needs none of them.
+	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+	$(PY) -c "import vllm, ray, nixl._api, starlette, pydantic; print('setup ok: vllm', vllm.__version__, 'ray', ray.__version__)"
+	touch $(STAMP)
+
+run: setup
+	$(VENV)/bin/serve run $(CONFIG)
+
+test: setup
+	bash -c '$(NETNS)' _ $(PY) -m pytest -q -ra tests
+
+test-unit: setup
+	$(PY) -m pytest -q -m "not integration" tests
+
+test-integration: setup
+	bash -c '$(NETNS)' _ $(PY) -m pytest -q -ra -m integration tests
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .

@@ -1,0 +1,185 @@
+"""The user-facing configuration: what a YAML file's ``args:`` block may say.
+
+Every model is strict (``extra="forbid"``): an unknown key or a bad value fails when the
+application is built, and pydantic's message names the field. Internal runtime records
+live in :mod:`app.records`, not here.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Mode(str, Enum):
+    DISAGGREGATED = "disaggregated"
+    COLOCATED = "colocated"
+
+
+class ModelConfig(_Strict):
+    """Which model the engines load and how vLLM runs it."""
+
+    source: str = Field(
+        "builtin:tiny-llama",
+        description="`builtin:tiny-llama` (generated locally), a local HF model folder, "
+        "or a hub id.",
+        min_length=1,
+    )
+    served_name: str | None = Field(
+        None,
+        description="Name clients put in `model`; defaults to the builtin name or `source`.",
+    )
+    max_model_len: int = Field(1024, gt=0, description="Longest prompt + output, in tokens.")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "auto", description="Weight and activation dtype (vLLM `dtype`)."
+    )
+    enforce_eager: bool = Field(True, description="Skip graph capture / compilation.")
+    block_size: int | None = Field(
+        None, gt=0, description="KV block size in tokens; None keeps vLLM's platform default."
+    )
+    enable_prefix_caching: bool = Field(True, description="vLLM automatic prefix caching.")
+    kv_cache_gib: int = Field(
+        1, gt=0, description="CPU hosts: KV cache size per engine (VLLM_CPU_KVCACHE_SPACE)."
+    )
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="GPU hosts: share of GPU memory vLLM may use."
+    )
+    tensor_parallel_size: int = Field(1, ge=1, description="Tensor parallel degree per engine.")
+    seed: int = Field(0, description="Engine seed (sampling with temperature > 0).")
+    max_num_seqs: int = Field(64, gt=0, description="Most sequences in one engine batch.")
+
+    @property
+    def name(self) -> str:
+        if self.served_name:
+            return self.served_name
+        return self.source.removeprefix("builtin:")
+
+
+class TransportConfig(_Strict):
+    """How KV moves from the prefill pool to the decode pool."""
+
+    kind: Literal["nixl"] = Field("nixl", description="KV transport; NIXL over UCX.")
+    kv_buffer_device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="Where NIXL registers the KV buffers: `cpu` (host memory), `cuda`, or "
+        "`auto` (cuda when the engine runs on a GPU, else cpu).",
+    )
+    side_channel_host: str = Field(
+        "127.0.0.1",
+        description="Address each engine's NIXL handshake listener binds and advertises; "
+        "use the node's own address when pools span machines.",
+    )
+    kv_lease_s: int = Field(
+        30,
+        ge=6,
+        description="Lease on the KV blocks prefill holds for decode: freed when decode "
+        "confirms the pull, or when the lease runs out (decode renews it while it waits).",
+    )
+
+
+class AutoscalingConfig(_Strict):
+    """Ray Serve autoscaling for one pool (same field names as Serve's)."""
+
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(1, ge=1)
+    initial_replicas: int | None = Field(None, ge=0)
+    target_ongoing_requests: float = Field(2.0, gt=0)
+    upscale_delay_s: float = Field(30.0, ge=0)
+    downscale_delay_s: float = Field(600.0, ge=0)
+    metrics_interval_s: float = Field(10.0, gt=0)
+    look_back_period_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingConfig:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas must be <= max_replicas")
+        return self
+
+
+class RayActorOptions(_Strict):
+    """The subset of Ray Serve's `ray_actor_options` a pool may set."""
+
+    num_cpus: float = Field(1.0, ge=0, description="Logical CPUs reserved per replica.")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs per replica.")
+    memory: int | None = Field(None, ge=0, description="Bytes of memory reserved per replica.")
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom resources (e.g. to pin a pool to nodes)."
+    )
+
+
+class DeploymentOptions(_Strict):
+    """Ray Serve deployment options shared by every pool and the ingress."""
+
+    num_replicas: int | None = Field(
+        None, ge=1, description="Fixed replica count; leave unset when autoscaling."
+    )
+    autoscaling_config: AutoscalingConfig | None = Field(
+        None, description="Serve autoscaling; mutually exclusive with num_replicas."
+    )
+    max_ongoing_requests: int = Field(64, gt=0, description="Concurrent requests per replica.")
+    ray_actor_options: RayActorOptions = Field(default_factory=RayActorOptions)
+
+    @model_validator(mode="after")
+    def _one_scaling_mode(self) -> DeploymentOptions:
+        if self.num_replicas is not None and self.autoscaling_config is not None:
+            raise ValueError("set either num_replicas or autoscaling_config, not both")
+        return self
+
+    def to_serve_options(self) -> dict[str, Any]:
+        """The keyword arguments for `serve.deployment(...).options(...)`."""
+        options: dict[str, Any] = {
+            "max_ongoing_requests": self.max_ongoing_requests,
+            "ray_actor_options": self.ray_actor_options.model_dump(exclude_none=True),
+        }
+        if self.autoscaling_config is not None:
+            options["autoscaling_config"] = self.autoscaling_config.model_dump(exclude_none=True)
+        else:
+            options["num_replicas"] = self.num_replicas or 1
+        return options
+
+
+class PoolConfig(DeploymentOptions):
+    """One pool of vLLM engines (prefill, decode, or the colocated pool)."""
+
+    cpu_binding: str | None = Field(
+        None,
+        description="CPU hosts: cores the engine's OpenMP threads bind to "
+        "(VLLM_CPU_OMP_THREADS_BIND), e.g. `0`, `1`, `0-3`; None lets vLLM choose.",
+        pattern=r"^(all|nobind|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)$",
+    )
+
+
+class IngressConfig(DeploymentOptions):
+    """The HTTP front door."""
+
+    max_ongoing_requests: int = Field(256, gt=0)
+    ray_actor_options: RayActorOptions = Field(
+        default_factory=lambda: RayActorOptions(num_cpus=0.0)
+    )
+    request_timeout_s: float = Field(
+        300.0, gt=0, description="Deadline for a whole request, prefill to last token."
+    )
+    max_body_bytes: int = Field(1 << 20, gt=0, description="Largest request body accepted.")
+
+
+class AppConfig(_Strict):
+    """The whole application: the YAML's `args:` block."""
+
+    mode: Mode = Field(Mode.DISAGGREGATED, description="`disaggregated` or `colocated`.")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    transport: TransportConfig = Field(default_factory=TransportConfig)
+    ingress: IngressConfig = Field(default_factory=IngressConfig)
+    prefill: PoolConfig = Field(
+        default_factory=lambda: PoolConfig(cpu_binding="0"),
+        description="The prefill pool (disaggregated mode).",
+    )
+    decode: PoolConfig = Field(
+        default_factory=lambda: PoolConfig(cpu_binding="1"),
+        description="The decode pool; in colocated mode, the only pool.",
+    )

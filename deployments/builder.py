@@ -1,0 +1,43 @@
+"""Turns the YAML's `args:` into the Serve application graph (the YAML `import_path`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import serve
+from ray.serve import Application
+
+from app.config import AppConfig, Mode
+from app.model_source import resolve_model
+from deployments.ingress import Ingress
+from deployments.llm_server import LLMServer
+
+POOL_NAMES = {"prefill": "Prefill", "decode": "Decode", "colocated": "Colocated"}
+
+
+def build_app(args: dict[str, Any] | AppConfig | None = None) -> Application:
+    """Build the application for ``args`` (validated strictly; errors name the field)."""
+    config = args if isinstance(args, AppConfig) else AppConfig.model_validate(args or {})
+    # Generate a builtin model once here rather than in every replica at once.
+    resolve_model(config.model.source)
+    if config.mode is Mode.DISAGGREGATED:
+        prefill = _pool("prefill", config)
+        decode = _pool("decode", config)
+    else:
+        prefill = None
+        decode = _pool("colocated", config)
+    ingress = serve.deployment(Ingress, name="Ingress").options(
+        **config.ingress.to_serve_options()
+    )
+    return ingress.bind(config, decode, prefill)
+
+
+def _pool(role: str, config: AppConfig) -> Any:
+    pool = config.prefill if role == "prefill" else config.decode
+    deployment = serve.deployment(LLMServer, name=POOL_NAMES[role]).options(
+        **pool.to_serve_options(),
+        # Engines take a while to load; give Serve's health check room.
+        health_check_period_s=10,
+        health_check_timeout_s=60,
+    )
+    return deployment.bind(role, config)

@@ -1,0 +1,34 @@
+"""The Ingress deployment: the OpenAI HTTP API in front of the pools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import serve
+
+from app.config import AppConfig, Mode
+from app.http_api import OpenAIServer
+from app.model_source import resolve_model
+from app.openai_requests import RequestParser
+from app.orchestrator import Orchestrator
+from deployments.pool_client import ServePoolClient
+
+
+@serve.ingress()
+class Ingress:
+    """Parses and tokenizes requests once, then drives prefill and decode."""
+
+    def __init__(self, config: AppConfig, decode: Any, prefill: Any = None) -> None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model.source))
+        parser = RequestParser(tokenizer, config.model.name, config.model.max_model_len)
+        orchestrator = Orchestrator(
+            config.mode,
+            decode=ServePoolClient(decode),
+            prefill=ServePoolClient(prefill) if config.mode is Mode.DISAGGREGATED else None,
+        )
+        self._server = OpenAIServer(parser, orchestrator, config.ingress)
+
+    def __serve_build_asgi_app__(self) -> Any:
+        return self._server.asgi_app()

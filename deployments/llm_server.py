@@ -1,0 +1,41 @@
+"""The Prefill / Decode / Colocated deployment: one vLLM engine per replica."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from app.config import AppConfig
+from app.engine import EngineServer
+from app.model_source import resolve_model
+from app.records import EngineStats, GenerateRequest, PrefillResult, Role, TokenChunk
+
+logger = logging.getLogger("ray.serve")
+
+
+class LLMServer:
+    """A Serve replica hosting one `EngineServer` in ``role``."""
+
+    def __init__(self, role: str, config: AppConfig) -> None:
+        self.role = Role(role)
+        model_path = resolve_model(config.model.source)
+        self.server = EngineServer.start(self.role, config, model_path)
+        logger.info("%s engine %s ready", self.role.value, self.server.engine_id)
+
+    async def prefill(self, request: GenerateRequest) -> PrefillResult:
+        return await self.server.prefill(request)
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk]:
+        async for chunk in self.server.generate(request):
+            yield chunk
+
+    def stats(self) -> EngineStats:
+        return self.server.stats()
+
+    async def check_health(self) -> None:
+        await self.server.engine.check_health()
+
+    def __del__(self) -> None:
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.shutdown()

@@ -1,0 +1,80 @@
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from app.config import AppConfig, Mode
+
+CONFIGS = sorted(Path(__file__).parents[2].joinpath("serve_configs").glob("*.yaml"))
+
+
+def _args(path: Path) -> dict:
+    document = yaml.safe_load(path.read_text())
+    (application,) = document["applications"]
+    assert application["import_path"] == "deployments.builder:build_app"
+    return application["args"]
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_shipped_configs_validate(path):
+    config = AppConfig.model_validate(_args(path))
+    assert config.model.name == "tiny-llama"
+
+
+def test_default_config_pins_prefill_and_decode_to_separate_cores():
+    config = AppConfig.model_validate(_args(CONFIGS[[p.name for p in CONFIGS].index("default.yaml")]))
+    assert config.mode is Mode.DISAGGREGATED
+    assert (config.prefill.cpu_binding, config.decode.cpu_binding) == ("0", "1")
+
+
+def test_unknown_key_is_refused_naming_the_field():
+    with pytest.raises(ValidationError) as info:
+        AppConfig.model_validate({"prefill": {"num_replica": 2}})
+    assert "prefill.num_replica" in str(info.value).replace("\n  ", ".")
+
+
+def test_bad_value_names_the_field():
+    with pytest.raises(ValidationError) as info:
+        AppConfig.model_validate({"model": {"max_model_len": 0}})
+    assert "max_model_len" in str(info.value)
+
+
+def test_num_replicas_and_autoscaling_are_exclusive():
+    with pytest.raises(ValidationError, match="either num_replicas or autoscaling_config"):
+        AppConfig.model_validate(
+            {"decode": {"num_replicas": 2, "autoscaling_config": {"max_replicas": 3}}}
+        )
+
+
+def test_autoscaling_bounds_checked():
+    with pytest.raises(ValidationError, match="min_replicas must be <= max_replicas"):
+        AppConfig.model_validate({"decode": {"autoscaling_config": {"min_replicas": 3}}})
+
+
+@pytest.mark.parametrize("binding", ["0", "1", "0-3", "0,2,4-5", "all", "nobind"])
+def test_cpu_binding_accepts_vllm_forms(binding):
+    assert AppConfig.model_validate({"prefill": {"cpu_binding": binding}})
+
+
+@pytest.mark.parametrize("binding", ["core0", "0-", "", "1;2"])
+def test_cpu_binding_rejects_garbage(binding):
+    with pytest.raises(ValidationError, match="cpu_binding"):
+        AppConfig.model_validate({"prefill": {"cpu_binding": binding}})
+
+
+def test_serve_options_follow_the_scaling_mode():
+    fixed = AppConfig.model_validate({"decode": {"num_replicas": 2}}).decode.to_serve_options()
+    assert fixed["num_replicas"] == 2 and "autoscaling_config" not in fixed
+    scaled = AppConfig.model_validate(
+        {"decode": {"autoscaling_config": {"min_replicas": 1, "max_replicas": 4}}}
+    ).decode.to_serve_options()
+    assert scaled["autoscaling_config"]["max_replicas"] == 4 and "num_replicas" not in scaled
+    assert scaled["ray_actor_options"] == {"num_cpus": 1.0, "num_gpus": 0.0, "resources": {}}
+
+
+def test_served_name_defaults_from_source():
+    assert AppConfig().model.name == "tiny-llama"
+    assert AppConfig.model_validate({"model": {"source": "/m/llama"}}).model.name == "/m/llama"
+    named = AppConfig.model_validate({"model": {"source": "/m/llama", "served_name": "llama"}})
+    assert named.model.name == "llama"
