@@ -1,0 +1,74 @@
+"""One Ray cluster and two Serve apps per test session (engines are slow to start).
+
+- ``splitserve`` at ``/``: serve_configs/default.yaml (prefill core 0, decode core 1, NIXL);
+- ``colocated`` at ``/colocated``: serve_configs/colocated.yaml, the reference outputs.
+
+Everything binds 127.0.0.1; `make test` also runs the suite in a loopback-only network
+namespace. The cluster is stopped with ``ray.shutdown()``, never ``ray stop``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.engine import free_port
+
+CONFIGS = Path(__file__).parents[2] / "serve_configs"
+
+
+def config_args(name: str) -> dict[str, Any]:
+    (application,) = yaml.safe_load((CONFIGS / name).read_text())["applications"]
+    args: dict[str, Any] = application["args"]
+    return args
+
+
+@dataclass(frozen=True)
+class Apps:
+    disaggregated: str  # base URL of the disaggregated app
+    colocated: str  # base URL of the colocated reference app
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration/" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def apps() -> Any:
+    import ray
+    from ray import serve
+
+    from deployments.builder import build_app
+
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        namespace="splitserve-tests",
+    )
+    try:
+        port = free_port("127.0.0.1")
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(build_app(config_args("default.yaml")), name="splitserve", route_prefix="/")
+        serve.run(
+            build_app(config_args("colocated.yaml")), name="colocated", route_prefix="/colocated"
+        )
+        base = f"http://127.0.0.1:{port}"
+        yield Apps(disaggregated=base, colocated=f"{base}/colocated")
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def http(apps: Apps) -> Any:
+    import httpx
+
+    with httpx.Client(timeout=120) as client:
+        yield client

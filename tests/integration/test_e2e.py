@@ -1,0 +1,54 @@
+"""Disaggregated output equals colocated output, token for token (greedy)."""
+
+import pytest
+
+from tests.integration.helpers import GREEDY, complete, random_prompt, stream_events, streamed_text
+
+# Lengths around the CPU block size (128) and spanning several blocks.
+ID_PROMPT_LENGTHS = [3, 17, 127, 128, 129, 300, 700]
+TEXT_PROMPTS = [
+    "Kalo mine rusa to ve",
+    " ".join(["Sa to vide fo gu ha ji po, quari se ti ul."] * 20),
+]
+
+
+def _prompts(offset: int):
+    prompts = [random_prompt(offset + n, n) for n in ID_PROMPT_LENGTHS]
+    return prompts + TEXT_PROMPTS
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_greedy_outputs_equal_colocated(apps, http, stream):
+    for prompt in _prompts(offset=1000 if stream else 0):
+        body = {**GREEDY, "prompt": prompt}
+        if stream:
+            got = streamed_text(stream_events(http, apps.disaggregated, "/v1/completions", body))
+            want = streamed_text(stream_events(http, apps.colocated, "/v1/completions", body))
+        else:
+            got = complete(http, apps.disaggregated, body)["choices"][0]["text"]
+            want = complete(http, apps.colocated, body)["choices"][0]["text"]
+        assert got == want, f"prompt of {len(prompt)} tokens/chars diverged"
+        assert got  # 16 tokens of something
+
+
+def test_non_stream_usage_counts_tokens(apps, http):
+    prompt = random_prompt(7, 40)
+    body = complete(http, apps.disaggregated, {**GREEDY, "prompt": prompt})
+    assert body["usage"]["prompt_tokens"] == 40
+    assert body["usage"]["completion_tokens"] == 16
+    assert body["choices"][0]["finish_reason"] == "length"
+
+
+def test_chat_stream_equals_colocated(apps, http):
+    body = {**GREEDY, "messages": [{"role": "user", "content": "Kalo mine rusa?"}],
+            "stream_options": {"include_usage": True}}
+    got = stream_events(http, apps.disaggregated, "/v1/chat/completions", body)
+    want = stream_events(http, apps.colocated, "/v1/chat/completions", body)
+    assert streamed_text(got) == streamed_text(want)
+    assert got[-2]["usage"]["completion_tokens"] == 16
+
+
+def test_models_and_health(apps, http):
+    assert http.get(f"{apps.disaggregated}/health").status_code == 200
+    models = http.get(f"{apps.disaggregated}/v1/models").json()
+    assert [m["id"] for m in models["data"]] == ["tiny-llama"]
