@@ -7,7 +7,7 @@ live in :mod:`app.records`, not here.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -17,7 +17,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     DISAGGREGATED = "disaggregated"
     COLOCATED = "colocated"
 

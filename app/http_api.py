@@ -148,8 +148,7 @@ class OpenAIServer:
                 yield chunk
         except TimeoutError as exc:
             raise APIError(
-                f"request {request_id} missed its deadline of "
-                f"{self.config.request_timeout_s:g} s",
+                f"request {request_id} missed its deadline of {self.config.request_timeout_s:g} s",
                 HTTPStatus.GATEWAY_TIMEOUT,
                 error_type="TimeoutError",
             ) from exc

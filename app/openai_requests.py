@@ -145,7 +145,9 @@ class RequestParser:
                     "prompt",
                 )
             return list(prompt)
-        raise bad_request("batched prompts are not supported; send one prompt per request", "prompt")
+        raise bad_request(
+            "batched prompts are not supported; send one prompt per request", "prompt"
+        )
 
     def _finish(
         self,

@@ -74,8 +74,13 @@ class ResponseWriter:
                 events += sse(
                     self._envelope(
                         "chat.completion.chunk",
-                        [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                          "finish_reason": None}],
+                        [
+                            {
+                                "index": 0,
+                                "delta": {"role": "assistant", "content": ""},
+                                "finish_reason": None,
+                            }
+                        ],
                     )
                 )
             if not chunk.text and chunk.finish_reason is None:

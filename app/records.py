@@ -7,11 +7,11 @@ They cross Ray process boundaries, so they hold only picklable plain data and th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class Role(str, Enum):
+class Role(StrEnum):
     """What an engine replica does in the application."""
 
     PREFILL = "prefill"

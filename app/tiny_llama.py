@@ -31,8 +31,34 @@ CHAT_TEMPLATE = (
 )
 
 _SYLLABLES = [
-    "ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "de", "fo", "gu", "ha", "ji", "po",
-    "qua", "ri", "se", "ti", "ul", "ve", "wo", "xi", "yo", "ze", "an", "en", "in", "on",
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "sa",
+    "to",
+    "vi",
+    "de",
+    "fo",
+    "gu",
+    "ha",
+    "ji",
+    "po",
+    "qua",
+    "ri",
+    "se",
+    "ti",
+    "ul",
+    "ve",
+    "wo",
+    "xi",
+    "yo",
+    "ze",
+    "an",
+    "en",
+    "in",
+    "on",
 ]
 
 
@@ -60,7 +86,7 @@ def _train_tokenizer(target: Path, rng: random.Random) -> int:
         show_progress=False,
     )
     tokenizer.train_from_iterator(_corpus(rng), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tokenizer,
         bos_token="<s>",
         eos_token="</s>",
@@ -92,10 +118,11 @@ def _write_model(target: Path, vocab_size: int) -> None:
         eos_token_id=2,
         pad_token_id=0,
         tie_word_embeddings=False,
-        torch_dtype="bfloat16",
+        dtype="bfloat16",
     )
     torch.manual_seed(SEED)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = LlamaForCausalLM(config)  # type: ignore[no-untyped-call]
+    model = model.to(torch.bfloat16)  # type: ignore[arg-type]
     model.save_pretrained(str(target), safe_serialization=True)
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from ray import serve
 from ray.serve import Application
+from ray.serve.deployment import Deployment
 
 from app.config import AppConfig, Mode
 from app.model_source import resolve_model
@@ -26,18 +27,19 @@ def build_app(args: dict[str, Any] | AppConfig | None = None) -> Application:
     else:
         prefill = None
         decode = _pool("colocated", config)
-    ingress = serve.deployment(Ingress, name="Ingress").options(
-        **config.ingress.to_serve_options()
+    ingress: Deployment = serve.deployment()(Ingress)
+    return ingress.options(name="Ingress", **config.ingress.to_serve_options()).bind(
+        config, decode, prefill
     )
-    return ingress.bind(config, decode, prefill)
 
 
-def _pool(role: str, config: AppConfig) -> Any:
+def _pool(role: str, config: AppConfig) -> Application:
     pool = config.prefill if role == "prefill" else config.decode
-    deployment = serve.deployment(LLMServer, name=POOL_NAMES[role]).options(
+    deployment: Deployment = serve.deployment()(LLMServer)
+    return deployment.options(
+        name=POOL_NAMES[role],
         **pool.to_serve_options(),
         # Engines take a while to load; give Serve's health check room.
         health_check_period_s=10,
         health_check_timeout_s=60,
-    )
-    return deployment.bind(role, config)
+    ).bind(role, config)

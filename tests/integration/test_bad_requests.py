@@ -10,24 +10,79 @@ CASES = [
     # (id, method, path, content, headers, status, words in the message)
     ("malformed-json", "POST", "/v1/completions", b'{"prompt": "hi",', JSON, 400, "not valid JSON"),
     ("missing-prompt", "POST", "/v1/completions", b'{"max_tokens": 4}', JSON, 400, "prompt"),
-    ("wrong-type", "POST", "/v1/completions", b'{"prompt": "hi", "max_tokens": "x"}', JSON, 400,
-     "max_tokens"),
-    ("too-long", "POST", "/v1/completions", b'{"prompt": [5], "max_tokens": 100000}', JSON, 400,
-     "maximum context length"),
-    ("prompt-over-max-model-len", "POST", "/v1/completions",
-     ('{"prompt": [' + ",".join(["5"] * 1100) + "]}").encode(), JSON, 400,
-     "maximum context length"),
-    ("max-tokens-zero", "POST", "/v1/completions", b'{"prompt": "hi", "max_tokens": 0}', JSON,
-     400, "at least 1"),
-    ("unknown-model", "POST", "/v1/completions", b'{"prompt": "hi", "model": "nope"}', JSON, 404,
-     "does not exist"),
-    ("client-kv-params", "POST", "/v1/completions",
-     b'{"prompt": "hi", "kv_transfer_params": {"do_remote_prefill": true, '
-     b'"remote_block_ids": [[1, 2]]}}', JSON, 400, "set by the server"),
-    ("chat-missing-messages", "POST", "/v1/chat/completions", b'{"max_tokens": 2}', JSON, 400,
-     "messages"),
-    ("wrong-content-type", "POST", "/v1/completions", b"prompt=hi",
-     {"content-type": "text/plain"}, 415, "Content-Type"),
+    (
+        "wrong-type",
+        "POST",
+        "/v1/completions",
+        b'{"prompt": "hi", "max_tokens": "x"}',
+        JSON,
+        400,
+        "max_tokens",
+    ),
+    (
+        "too-long",
+        "POST",
+        "/v1/completions",
+        b'{"prompt": [5], "max_tokens": 100000}',
+        JSON,
+        400,
+        "maximum context length",
+    ),
+    (
+        "prompt-over-max-model-len",
+        "POST",
+        "/v1/completions",
+        ('{"prompt": [' + ",".join(["5"] * 1100) + "]}").encode(),
+        JSON,
+        400,
+        "maximum context length",
+    ),
+    (
+        "max-tokens-zero",
+        "POST",
+        "/v1/completions",
+        b'{"prompt": "hi", "max_tokens": 0}',
+        JSON,
+        400,
+        "at least 1",
+    ),
+    (
+        "unknown-model",
+        "POST",
+        "/v1/completions",
+        b'{"prompt": "hi", "model": "nope"}',
+        JSON,
+        404,
+        "does not exist",
+    ),
+    (
+        "client-kv-params",
+        "POST",
+        "/v1/completions",
+        b'{"prompt": "hi", "kv_transfer_params": {"do_remote_prefill": true, '
+        b'"remote_block_ids": [[1, 2]]}}',
+        JSON,
+        400,
+        "set by the server",
+    ),
+    (
+        "chat-missing-messages",
+        "POST",
+        "/v1/chat/completions",
+        b'{"max_tokens": 2}',
+        JSON,
+        400,
+        "messages",
+    ),
+    (
+        "wrong-content-type",
+        "POST",
+        "/v1/completions",
+        b"prompt=hi",
+        {"content-type": "text/plain"},
+        415,
+        "Content-Type",
+    ),
     ("wrong-method", "GET", "/v1/chat/completions", b"", {}, 405, "not allowed"),
 ]
 
@@ -38,8 +93,7 @@ CASES = [
     ids=[c[0] for c in CASES],
 )
 def test_bad_request_is_a_clear_4xx(apps, http, method, path, content, headers, status, words):
-    response = http.request(method, f"{apps.disaggregated}{path}", content=content,
-                            headers=headers)
+    response = http.request(method, f"{apps.disaggregated}{path}", content=content, headers=headers)
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert words in error["message"]

@@ -40,8 +40,11 @@ def test_non_stream_usage_counts_tokens(apps, http):
 
 
 def test_chat_stream_equals_colocated(apps, http):
-    body = {**GREEDY, "messages": [{"role": "user", "content": "Kalo mine rusa?"}],
-            "stream_options": {"include_usage": True}}
+    body = {
+        **GREEDY,
+        "messages": [{"role": "user", "content": "Kalo mine rusa?"}],
+        "stream_options": {"include_usage": True},
+    }
     got = stream_events(http, apps.disaggregated, "/v1/chat/completions", body)
     want = stream_events(http, apps.colocated, "/v1/chat/completions", body)
     assert streamed_text(got) == streamed_text(want)

@@ -1,5 +1,7 @@
 """Proof that decode used the KV prefill computed, pulled over NIXL, not a recompute."""
 
+from typing import Any
+
 from ray import serve
 
 from app.records import GenerateRequest
@@ -49,7 +51,8 @@ def test_swapped_kv_swaps_outputs(apps, http):
 
     def decode_text(request_id, prompt, kv):
         request = GenerateRequest(request_id, prompt, params, kv.kv_transfer_params)
-        return "".join(chunk.text for chunk in decode.generate.remote(request))
+        stream: Any = decode.generate.remote(request)
+        return "".join(chunk.text for chunk in stream)
 
     assert decode_text("swap-a-with-b", a, kv_b) == want_b
     assert decode_text("swap-b-with-a", b, kv_a) == want_a

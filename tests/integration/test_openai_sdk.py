@@ -9,7 +9,11 @@ def _client(apps):
 
 def test_sdk_streams_a_completion(apps):
     stream = _client(apps).completions.create(
-        model="tiny-llama", prompt="Kalo mine rusa", max_tokens=8, temperature=0, stream=True,
+        model="tiny-llama",
+        prompt="Kalo mine rusa",
+        max_tokens=8,
+        temperature=0,
+        stream=True,
         extra_body={"ignore_eos": True},
     )
     chunks = list(stream)
@@ -19,8 +23,12 @@ def test_sdk_streams_a_completion(apps):
 
 def test_sdk_streams_a_chat_completion(apps):
     stream = _client(apps).chat.completions.create(
-        model="tiny-llama", messages=[{"role": "user", "content": "hi"}], max_tokens=8,
-        temperature=0, stream=True, stream_options={"include_usage": True},
+        model="tiny-llama",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
         extra_body={"ignore_eos": True},
     )
     chunks = list(stream)

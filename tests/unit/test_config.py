@@ -9,7 +9,7 @@ from app.config import AppConfig, Mode
 CONFIGS = sorted(Path(__file__).parents[2].joinpath("serve_configs").glob("*.yaml"))
 
 
-def _args(path: Path) -> dict:
+def _args(path: Path):
     document = yaml.safe_load(path.read_text())
     (application,) = document["applications"]
     assert application["import_path"] == "deployments.builder:build_app"
@@ -23,7 +23,9 @@ def test_shipped_configs_validate(path):
 
 
 def test_default_config_pins_prefill_and_decode_to_separate_cores():
-    config = AppConfig.model_validate(_args(CONFIGS[[p.name for p in CONFIGS].index("default.yaml")]))
+    config = AppConfig.model_validate(
+        _args(CONFIGS[[p.name for p in CONFIGS].index("default.yaml")])
+    )
     assert config.mode is Mode.DISAGGREGATED
     assert (config.prefill.cpu_binding, config.decode.cpu_binding) == ("0", "1")
 

@@ -26,8 +26,9 @@ class FakePool(PoolClient):
             raise RuntimeError("engine exploded")
         for i in range(3):
             await asyncio.sleep(self.delay)
-            yield TokenChunk(f"t{i}", [10 + i], finish_reason="length" if i == 2 else None,
-                             num_cached_tokens=2)
+            yield TokenChunk(
+                f"t{i}", [10 + i], finish_reason="length" if i == 2 else None, num_cached_tokens=2
+            )
 
 
 def _client(tokenizer, pool=None, **ingress):
@@ -43,7 +44,7 @@ def client(tokenizer):
 
 
 def _events(text):
-    return [line[len("data: "):] for line in text.split("\n\n") if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in text.split("\n\n") if line.startswith("data: ")]
 
 
 def test_completion_non_stream(client):
@@ -58,17 +59,25 @@ def test_completion_non_stream(client):
 
 
 def test_chat_stream_is_sse_ending_in_done(client):
-    r = client.post("/v1/chat/completions", json={
-        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True,
-        "stream_options": {"include_usage": True}})
+    r = client.post(
+        "/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 3,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/event-stream")
     events = _events(r.text)
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
-    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) \
+    assert (
+        "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
         == "t0t1t2"
+    )
     assert chunks[-1]["usage"]["completion_tokens"] == 3
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
 
@@ -81,15 +90,40 @@ def test_models_and_health(client):
 @pytest.mark.parametrize(
     ("method", "path", "kwargs", "status", "words"),
     [
-        ("post", "/v1/completions", {"content": b"{\"prompt\": ", "headers": {
-            "content-type": "application/json"}}, 400, "not valid JSON"),
-        ("post", "/v1/completions", {"content": b"\xff\xfe{}", "headers": {
-            "content-type": "application/json"}}, 400, "UTF-8"),
-        ("post", "/v1/completions", {"content": b"prompt=hi", "headers": {
-            "content-type": "application/x-www-form-urlencoded"}}, 415, "Content-Type"),
-        ("post", "/v1/completions", {"content": b"{\"prompt\": \"" + b"a" * 5000 + b"\"}",
-                                     "headers": {"content-type": "application/json"}}, 413,
-         "larger than"),
+        (
+            "post",
+            "/v1/completions",
+            {"content": b'{"prompt": ', "headers": {"content-type": "application/json"}},
+            400,
+            "not valid JSON",
+        ),
+        (
+            "post",
+            "/v1/completions",
+            {"content": b"\xff\xfe{}", "headers": {"content-type": "application/json"}},
+            400,
+            "UTF-8",
+        ),
+        (
+            "post",
+            "/v1/completions",
+            {
+                "content": b"prompt=hi",
+                "headers": {"content-type": "application/x-www-form-urlencoded"},
+            },
+            415,
+            "Content-Type",
+        ),
+        (
+            "post",
+            "/v1/completions",
+            {
+                "content": b'{"prompt": "' + b"a" * 5000 + b'"}',
+                "headers": {"content-type": "application/json"},
+            },
+            413,
+            "larger than",
+        ),
         ("get", "/v1/completions", {}, 405, "not allowed"),
         ("post", "/v1/nothing", {"json": {}}, 404, "no route"),
     ],
@@ -114,7 +148,7 @@ def test_deadline_mid_stream_ends_with_an_error_event(tokenizer):
     r = client.post("/v1/completions", json={"prompt": "hi", "stream": True})
     events = _events(r.text)
     assert events[-1] == "[DONE]"
-    assert any("deadline" in e for e in events if e.startswith("{\"error\""))
+    assert any("deadline" in e for e in events if e.startswith('{"error"'))
 
 
 def test_pool_failure_is_a_short_500(tokenizer):

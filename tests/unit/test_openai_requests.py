@@ -29,14 +29,19 @@ def test_token_id_prompt_and_batch_of_one(parser):
 
 
 def test_max_tokens_defaults_to_the_room_left(parser):
-    parsed = parser.parse_chat({"messages": [{"role": "user", "content": "hi"}], "max_tokens": None})
+    parsed = parser.parse_chat(
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": None}
+    )
     assert parsed.sampling_params.max_tokens == 64 - len(parsed.prompt_token_ids)
 
 
 def test_chat_applies_the_template(parser, tokenizer):
     parsed = parser.parse_chat(
-        {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "stream": True,
-         "stream_options": {"include_usage": True}}
+        {
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
     )
     assert tokenizer.decode(parsed.prompt_token_ids) == "<s><|user|>\nhi</s>\n<|assistant|>\n"
     assert parsed.stream and parsed.include_usage and parsed.kind == "chat"
@@ -45,10 +50,18 @@ def test_chat_applies_the_template(parser, tokenizer):
 @pytest.mark.parametrize(
     ("body", "status", "param", "words"),
     [
-        ({"prompt": "x", "kv_transfer_params": {"remote_block_ids": [1]}}, 400,
-         "kv_transfer_params", "set by the server"),
-        ({"prompt": "x", "vllm_xargs": {"kv_transfer_params": {}}}, 400, "vllm_xargs",
-         "set by the server"),
+        (
+            {"prompt": "x", "kv_transfer_params": {"remote_block_ids": [1]}},
+            400,
+            "kv_transfer_params",
+            "set by the server",
+        ),
+        (
+            {"prompt": "x", "vllm_xargs": {"kv_transfer_params": {}}},
+            400,
+            "vllm_xargs",
+            "set by the server",
+        ),
         ({"prompt": "x", "model": "gpt-4"}, 404, "model", "does not exist"),
         ({"prompt": "x", "n": 2}, 400, "n", "n must be 1"),
         ({"prompt": "x", "best_of": 3}, 400, "best_of", "not supported"),
@@ -81,13 +94,29 @@ def test_bad_completion_requests(parser, body, status, param, words):
     ("body", "words"),
     [
         ({"messages": []}, "at least one message"),
-        ({"messages": [{"role": "user", "content": "x"}], "tools": [
-            {"type": "function", "function": {"name": "f"}}]}, "tool calling"),
-        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {
-            "url": "http://x/y.png"}}]}]}, "only text"),
+        (
+            {
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+            },
+            "tool calling",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}],
+                    }
+                ]
+            },
+            "only text",
+        ),
         ({"messages": "hello"}, "messages"),
-        ({"messages": [{"role": "user", "content": "x"}], "kv_transfer_params": {}},
-         "set by the server"),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "kv_transfer_params": {}},
+            "set by the server",
+        ),
     ],
 )
 def test_bad_chat_requests(parser, body, words):

@@ -29,8 +29,9 @@ def _request():
 async def test_disaggregated_hands_prefill_params_to_decode():
     prefill, decode = FakePool(), FakePool()
     timings = RequestTimings()
-    chunks = [c async for c in Orchestrator(Mode.DISAGGREGATED, decode, prefill).run(
-        _request(), timings)]
+    chunks = [
+        c async for c in Orchestrator(Mode.DISAGGREGATED, decode, prefill).run(_request(), timings)
+    ]
     assert [c.text for c in chunks] == ["a", "b"]
     assert [r.request_id for r in prefill.prefilled] == ["r1"]
     assert decode.generated[0].kv_transfer_params == {"remote_block_ids": [[7]], "req": "r1"}
