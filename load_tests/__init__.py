@@ -1,0 +1,1 @@
+"""Load generators and benchmarks; each module is runnable with `python -m load_tests.<name>`."""

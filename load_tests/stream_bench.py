@@ -1,0 +1,128 @@
+"""Fixed-concurrency streaming benchmark against any OpenAI-compatible completions endpoint.
+
+    python -m load_tests.stream_bench --url http://127.0.0.1:8000 --concurrency 1 \
+        --requests 50 --input-len 128 --output-len 128
+
+Each request streams a completion of random token ids (fixed input length, ``ignore_eos``
+so the output length is fixed too) and records TTFT, TPOT (per token, from the usage
+count) and end-to-end time. Reads every stream until the server closes it (an early
+close looks like a disconnect to Ray's proxy). Prints JSON with p50/p95/p99 and the
+run conditions. Only point it at loopback or the project's own test hosts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import random
+import time
+from typing import Any
+
+import httpx
+
+from load_tests.stats import StreamTiming, summarize
+
+
+async def one_request(
+    client: httpx.AsyncClient, url: str, model: str | None, prompt: list[int], output_len: int
+) -> StreamTiming:
+    body: dict[str, Any] = {
+        "prompt": prompt,
+        "max_tokens": output_len,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if model:
+        body["model"] = model
+    started = time.perf_counter()
+    ttft = None
+    tokens = 0
+    async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"HTTP {response.status_code}: {await response.aread()!r}")
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if "error" in event:
+                raise RuntimeError(event["error"]["message"])
+            if event.get("usage"):
+                tokens = int(event["usage"]["completion_tokens"])
+            elif ttft is None and any(c.get("text") for c in event["choices"]):
+                ttft = time.perf_counter() - started
+    end = time.perf_counter() - started
+    return StreamTiming(ttft=ttft if ttft is not None else end, end=end, output_tokens=tokens)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    prompts = [
+        [rng.randrange(3, 1000) for _ in range(args.input_len)] for _ in range(args.requests)
+    ]
+    queue: asyncio.Queue[list[int]] = asyncio.Queue()
+    for prompt in prompts:
+        queue.put_nowait(prompt)
+    timings: list[StreamTiming] = []
+    failures: list[str] = []
+
+    async with httpx.AsyncClient(timeout=args.timeout) as client:
+        # One warm-up request so first-request costs (handshakes) are not measured.
+        await one_request(client, args.url, args.model, prompts[0], 4)
+
+        async def worker() -> None:
+            while not queue.empty():
+                prompt = queue.get_nowait()
+                try:
+                    timings.append(
+                        await one_request(client, args.url, args.model, prompt, args.output_len)
+                    )
+                except (RuntimeError, httpx.HTTPError) as exc:
+                    failures.append(str(exc))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+        wall = time.perf_counter() - started
+
+    output_tokens = sum(t.output_tokens for t in timings)
+    return {
+        "conditions": {
+            "url": args.url,
+            "concurrency": args.concurrency,
+            "requests": args.requests,
+            "input_len": args.input_len,
+            "output_len": args.output_len,
+            "seed": args.seed,
+            "host": platform.node(),
+            "python": platform.python_version(),
+        },
+        "ok": len(timings),
+        "failed": len(failures),
+        "failures": failures[:5],
+        "wall_s": wall,
+        "output_tok_per_s": output_tokens / wall if wall > 0 else 0.0,
+        "ttft_ms": {k: v * 1000 for k, v in summarize([t.ttft for t in timings]).items()},
+        "tpot_ms": {k: v * 1000 for k, v in summarize([t.tpot for t in timings]).items()},
+        "e2e_ms": {k: v * 1000 for k, v in summarize([t.end for t in timings]).items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--requests", type=int, default=50)
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(run(args)), indent=2))
+
+
+if __name__ == "__main__":
+    main()
