@@ -12,10 +12,8 @@ CONFIG ?= serve_configs/default.yaml
 # Where pip finds the CPU build of torch 2.13.0 (e.g. PyTorch's CPU wheel index) on
 # machines whose package index does not serve it; empty means the default index.
 TORCH_INDEX ?=
-# Run a command inside a private network namespace that has only loopback, where we can
-# (root + unshare): Ray and Serve bind the external interface by default.
-NETNS := if [ "$$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then \
-	  exec unshare -n bash -c 'ip link set lo up && exec "$$@"' netns "$$@"; else exec "$$@"; fi; :
+# Tests run in a loopback-only network namespace where possible (see the script).
+NETNS := scripts/loopback-netns
 
 .PHONY: setup run test test-unit test-integration lint format clean-cache
 
@@ -36,13 +34,13 @@ run: setup
 	$(VENV)/bin/serve run $(CONFIG)
 
 test: setup
-	bash -c '$(NETNS)' _ $(PY) -m pytest -q -ra tests
+	$(NETNS) $(PY) -m pytest -q -ra tests
 
 test-unit: setup
 	$(PY) -m pytest -q -m "not integration" tests
 
 test-integration: setup
-	bash -c '$(NETNS)' _ $(PY) -m pytest -q -ra -m integration tests
+	$(NETNS) $(PY) -m pytest -q -ra -m integration tests
 
 lint: setup
 	$(VENV)/bin/ruff check .
