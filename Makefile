@@ -15,7 +15,7 @@ TORCH_INDEX ?=
 # Tests run in a loopback-only network namespace where possible (see the script).
 NETNS := scripts/loopback-netns
 
-.PHONY: setup run test test-unit test-integration lint format clean-cache
+.PHONY: setup run test test-unit test-integration lint format soak
 
 setup: $(STAMP)
 
@@ -41,6 +41,12 @@ test-unit: setup
 
 test-integration: setup
 	$(NETNS) $(PY) -m pytest -q -ra -m integration tests
+
+# Not part of CI: N concurrent streams for M minutes with random disconnects.
+SOAK_STREAMS ?= 8
+SOAK_MINUTES ?= 5
+soak: setup
+	$(NETNS) $(PY) -m load_tests.soak --streams $(SOAK_STREAMS) --minutes $(SOAK_MINUTES)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -166,6 +166,13 @@ class IngressConfig(DeploymentOptions):
         300.0, gt=0, description="Deadline for a whole request, prefill to last token."
     )
     max_body_bytes: int = Field(1 << 20, gt=0, description="Largest request body accepted.")
+    api_key: str | None = Field(
+        None,
+        min_length=1,
+        description="Require `Authorization: Bearer <key>` on /v1/*. The environment "
+        "variable SPLITSERVE_API_KEY, when set in the ingress replica, overrides it. "
+        "/health stays open.",
+    )
 
 
 class AppConfig(_Strict):

@@ -93,6 +93,10 @@ def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: 
             kv_buffer_device=device,
             engine_id=engine_id,
             kv_connector_extra_config={"kv_lease_duration": config.transport.kv_lease_s},
+            # Last resort of the fallback chain: when the KV cannot be pulled (prefill
+            # replica gone, peer unreachable, transfer failed), decode recomputes the
+            # prompt locally and the client still gets its answer.
+            kv_load_failure_policy="recompute",
         )
     return AsyncEngineArgs(
         model=model_path,
@@ -204,6 +208,30 @@ class EngineServer:
                     continue
                 counters[sample.name] = counters.get(sample.name, 0.0) + sample.value
         return EngineStats(role=self.role, engine_id=self.engine_id, counters=counters)
+
+    async def all_blocks_free(self) -> bool:
+        """True when the engine holds no KV block for any request.
+
+        Asks vLLM to reset its prefix cache, which it refuses while any block is in use
+        (running requests, or blocks kept for a remote decode to pull). Side effect: the
+        prefix cache is emptied, so call it from tests and diagnostics, not per request.
+        """
+        return bool(await self.engine.reset_prefix_cache())
+
+    def process_info(self) -> dict[str, Any]:
+        """PID and resident memory (bytes) of this replica and the engine processes it spawned."""
+        import psutil
+
+        me = psutil.Process()
+        rss = me.memory_info().rss
+        children = []
+        for child in me.children(recursive=True):
+            try:
+                rss += child.memory_info().rss
+                children.append(child.pid)
+            except psutil.NoSuchProcess:
+                continue
+        return {"pid": me.pid, "rss_bytes": rss, "children": children}
 
     def shutdown(self) -> None:
         self.engine.shutdown()

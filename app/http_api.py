@@ -8,6 +8,7 @@ never in a hung connection: each request runs under its deadline.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import time
@@ -39,11 +40,16 @@ class OpenAIServer:
     """Serves one model's OpenAI endpoints through an :class:`Orchestrator`."""
 
     def __init__(
-        self, parser: RequestParser, orchestrator: Orchestrator, config: IngressConfig
+        self,
+        parser: RequestParser,
+        orchestrator: Orchestrator,
+        config: IngressConfig,
+        api_key: str | None = None,
     ) -> None:
         self.parser = parser
         self.orchestrator = orchestrator
         self.config = config
+        self.api_key = api_key
 
     def asgi_app(self) -> Starlette:
         routes = [
@@ -70,7 +76,23 @@ class OpenAIServer:
     async def health(self, request: Request) -> Response:
         return Response(status_code=200)
 
+    def _authorize(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode(), self.api_key.encode()
+        ):
+            raise APIError(
+                "missing or incorrect API key: send `Authorization: Bearer <key>`",
+                HTTPStatus.UNAUTHORIZED,
+            )
+
     async def models(self, request: Request) -> Response:
+        try:
+            self._authorize(request)
+        except APIError as error:
+            return error_response(error)
         card = {
             "id": self.parser.model_name,
             "object": "model",
@@ -88,6 +110,7 @@ class OpenAIServer:
 
     async def _serve(self, request: Request, parse: Any) -> Response:
         try:
+            self._authorize(request)
             parsed: ParsedRequest = parse(await self._json_body(request))
         except APIError as error:
             return error_response(error)

@@ -68,6 +68,7 @@ class RequestParser:
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
         body = self._check_body(body, _UNSUPPORTED_COMPLETION)
+        _reject_unknown_fields(CompletionRequest, body)
         request = _validate(CompletionRequest, body)
         self._check_common(request)
         prompt_ids = self._completion_prompt(request.prompt, request.add_special_tokens)
@@ -77,6 +78,7 @@ class RequestParser:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
         body = self._check_body(body, _UNSUPPORTED_CHAT)
+        _reject_unknown_fields(ChatCompletionRequest, body)
         request = _validate(ChatCompletionRequest, body)
         self._check_common(request)
         if not request.messages:
@@ -192,6 +194,15 @@ class RequestParser:
             stream=bool(request.stream),
             include_usage=bool(options and options.include_usage),
         )
+
+
+def _reject_unknown_fields(model: Any, body: dict[str, Any]) -> None:
+    """Refuse fields neither OpenAI nor vLLM defines, as OpenAI does (vLLM ignores them)."""
+    known = set(model.model_fields)
+    known.update(f.alias for f in model.model_fields.values() if f.alias)
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise bad_request(f"unrecognized request argument: {unknown[0]}", unknown[0])
 
 
 def _requested(name: str, value: Any) -> bool:

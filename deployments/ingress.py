@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ray import serve
@@ -28,7 +29,8 @@ class Ingress:
             decode=ServePoolClient(decode),
             prefill=ServePoolClient(prefill) if config.mode is Mode.DISAGGREGATED else None,
         )
-        self._server = OpenAIServer(parser, orchestrator, config.ingress)
+        api_key = os.environ.get("SPLITSERVE_API_KEY") or config.ingress.api_key
+        self._server = OpenAIServer(parser, orchestrator, config.ingress, api_key)
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._server.asgi_app()

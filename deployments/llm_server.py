@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from app.config import AppConfig
 from app.engine import EngineServer
@@ -31,6 +32,12 @@ class LLMServer:
 
     def stats(self) -> EngineStats:
         return self.server.stats()
+
+    async def all_blocks_free(self) -> bool:
+        return await self.server.all_blocks_free()
+
+    def process_info(self) -> dict[str, Any]:
+        return self.server.process_info()
 
     async def check_health(self) -> None:
         await self.server.engine.check_health()

@@ -21,9 +21,15 @@ from app.engine import free_port
 CONFIGS = Path(__file__).parents[2] / "serve_configs"
 
 
+# Short enough that the lease-expiry test waits seconds, not the default 30.
+TEST_KV_LEASE_S = 8
+
+
 def config_args(name: str) -> dict[str, Any]:
     (application,) = yaml.safe_load((CONFIGS / name).read_text())["applications"]
     args: dict[str, Any] = application["args"]
+    if args.get("mode", "disaggregated") == "disaggregated":
+        args.setdefault("transport", {})["kv_lease_s"] = TEST_KV_LEASE_S
     return args
 
 
@@ -37,6 +43,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+    # Tests that kill replicas run last, so a replica being restarted disturbs no one.
+    items.sort(key=lambda item: item.get_closest_marker("kills_replica") is not None)
 
 
 @pytest.fixture(scope="session")

@@ -156,3 +156,19 @@ def test_pool_failure_is_a_short_500(tokenizer):
     r = client.post("/v1/completions", json={"prompt": "hi"})
     assert r.status_code == 500
     assert r.json()["error"]["message"].endswith("RuntimeError: engine exploded")
+
+
+def test_api_key_guards_the_api_but_not_health(tokenizer):
+    config = IngressConfig()
+    parser = RequestParser(tokenizer, "tiny-llama", max_model_len=64)
+    orchestrator = Orchestrator(Mode.COLOCATED, FakePool())
+    client = TestClient(OpenAIServer(parser, orchestrator, config, api_key="s3cret").asgi_app())
+    assert client.get("/health").status_code == 200
+    for headers in ({}, {"authorization": "Bearer nope"}, {"authorization": "s3cret"}):
+        r = client.post("/v1/completions", json={"prompt": "hi"}, headers=headers)
+        assert r.status_code == 401 and "API key" in r.json()["error"]["message"]
+        assert client.get("/v1/models", headers=headers).status_code == 401
+    ok = client.post(
+        "/v1/completions", json={"prompt": "hi"}, headers={"authorization": "Bearer s3cret"}
+    )
+    assert ok.status_code == 200

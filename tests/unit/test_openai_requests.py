@@ -79,6 +79,7 @@ def test_chat_applies_the_template(parser, tokenizer):
         ({"prompt": "x", "temperature": -1}, 400, None, "temperature"),
         ({"prompt": 7}, 400, "prompt", "prompt"),
         (["not", "an", "object"], 400, None, "JSON object"),
+        ({"prompt": "x", "frobnicate": 1}, 400, "frobnicate", "unrecognized request argument"),
     ],
 )
 def test_bad_completion_requests(parser, body, status, param, words):

@@ -1,0 +1,60 @@
+"""Start a splitserve app from a serve config in this process's own Ray cluster (loopback).
+
+For benchmarks and soak runs that need both HTTP traffic and the replicas' handles
+(RSS, KV blocks held). Run it inside scripts/loopback-netns so Ray stays on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def config_args(path: str | Path) -> dict[str, Any]:
+    (application,) = yaml.safe_load(Path(path).read_text())["applications"]
+    args: dict[str, Any] = application["args"]
+    return args
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LocalApp:
+    """A Ray cluster + one Serve app; use as a context manager."""
+
+    def __init__(self, config_path: str | Path, num_cpus: int = 2, name: str = "splitserve"):
+        self.config_path = Path(config_path)
+        self.num_cpus = num_cpus
+        self.name = name
+        self.url = ""
+
+    def __enter__(self) -> LocalApp:
+        import ray
+        from ray import serve
+
+        from deployments.builder import build_app
+
+        ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
+        port = _free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(build_app(config_args(self.config_path)), name=self.name, route_prefix="/")
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def handle(self, deployment: str) -> Any:
+        from ray import serve
+
+        return serve.get_deployment_handle(deployment, app_name=self.name)
+
+    def __exit__(self, *exc: object) -> None:
+        import ray
+        from ray import serve
+
+        serve.shutdown()  # type: ignore[no-untyped-call]
+        ray.shutdown()

@@ -1,0 +1,129 @@
+"""Faults end requests cleanly: no hang, a normal answer or a clear error, no KV block held."""
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from app.records import GenerateRequest
+from tests.integration.conftest import TEST_KV_LEASE_S
+from tests.integration.faults import (
+    all_blocks_free,
+    assert_no_kv_held,
+    handle,
+    kill_replica,
+    wait_healthy,
+    wait_processes_gone,
+    wait_until,
+)
+from tests.integration.helpers import GREEDY, complete, random_prompt
+
+
+def _params():
+    from vllm import SamplingParams
+
+    return SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+
+
+def _decode_text(request):
+    stream = handle("Decode").options(stream=True).generate.remote(request)
+    return "".join(chunk.text for chunk in stream)
+
+
+def _colocated_text(apps, http, prompt):
+    return complete(http, apps.colocated, {**GREEDY, "prompt": prompt})["choices"][0]["text"]
+
+
+def test_unreachable_nixl_peer_falls_back_to_recompute(apps, http):
+    prompt = random_prompt(5101, 260)
+    real = handle("Prefill").prefill.remote(GenerateRequest("unreach", prompt, _params())).result()
+    params = dict(real.kv_transfer_params)
+    # A peer nobody listens for: a new engine id (no cached handshake) on a closed port.
+    params.update(remote_engine_id="prefill-gone", remote_port=1)
+    started = time.monotonic()
+    text = _decode_text(GenerateRequest("unreach-d", prompt, _params(), params))
+    assert text == _colocated_text(apps, http, prompt)
+    assert time.monotonic() - started < 60
+    # The real prefill blocks were never pulled: its lease frees them.
+    assert_no_kv_held("Prefill", "Decode", timeout_s=TEST_KV_LEASE_S + 30)
+
+
+def test_lease_expiry_frees_unpulled_prefill_blocks(apps):
+    prompt = random_prompt(5202, 300)
+    handle("Prefill").prefill.remote(GenerateRequest("lease", prompt, _params())).result()
+    assert not all_blocks_free("Prefill"), "prefill must hold the KV until pulled or expired"
+    started = time.monotonic()
+    assert_no_kv_held("Prefill", timeout_s=TEST_KV_LEASE_S + 30)
+    assert time.monotonic() - started >= TEST_KV_LEASE_S * 0.5
+
+
+def test_client_disconnects_leave_no_kv_held(apps):
+    def open_and_drop(seed: int) -> None:
+        body = {**GREEDY, "max_tokens": 400, "prompt": random_prompt(seed, 150), "stream": True}
+        with (
+            httpx.Client(timeout=60) as client,
+            client.stream("POST", f"{apps.disaggregated}/v1/completions", json=body) as response,
+        ):
+            assert response.status_code == 200
+            for i, _ in enumerate(response.iter_lines()):
+                if i >= 6:
+                    break  # hang up mid-stream
+
+    threads = [threading.Thread(target=open_and_drop, args=(6000 + i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert_no_kv_held("Prefill", "Decode")
+
+
+@pytest.mark.kills_replica
+def test_prefill_killed_before_decode_pulls(apps, http):
+    prompt = random_prompt(5303, 280)
+    result = handle("Prefill").prefill.remote(GenerateRequest("pk", prompt, _params())).result()
+    engine_pids = kill_replica("Prefill")
+    started = time.monotonic()
+    text = _decode_text(GenerateRequest("pk-d", prompt, _params(), result.kv_transfer_params))
+    assert text == _colocated_text(apps, http, prompt)  # recomputed on decode
+    assert time.monotonic() - started < 60
+    wait_processes_gone(engine_pids)
+    wait_healthy("Prefill")
+    body = complete(http, apps.disaggregated, {**GREEDY, "prompt": random_prompt(5304, 50)})
+    assert body["usage"]["completion_tokens"] == 16
+    assert_no_kv_held("Prefill", "Decode")
+
+
+@pytest.mark.kills_replica
+def test_decode_killed_mid_stream_ends_the_stream_with_an_error(apps, http):
+    events: list[str] = []
+    killed: list[list[int]] = []
+    body = {**GREEDY, "max_tokens": 900, "prompt": random_prompt(5405, 60), "stream": True}
+    started = time.monotonic()
+    with (
+        httpx.Client(timeout=120) as client,
+        client.stream("POST", f"{apps.disaggregated}/v1/completions", json=body) as response,
+    ):
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(line)
+            if len(events) == 5 and not killed:
+                killed.append(kill_replica("Decode"))
+    assert time.monotonic() - started < 120, "the stream must end, not hang"
+    assert events[-1] == "data: [DONE]"
+    errors = [e for e in events if e.startswith('data: {"error"')]
+    assert len(errors) == 1 and '"code":500' in errors[0], events[-3:]
+    wait_processes_gone(killed[0])
+    wait_healthy("Decode")
+
+    def succeeds() -> bool:
+        response = http.post(
+            f"{apps.disaggregated}/v1/completions", json={**GREEDY, "prompt": "Kalo"}
+        )
+        return bool(
+            response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 16
+        )
+
+    wait_until(succeeds, 60, "a request to succeed after decode came back", interval_s=2)
+    assert_no_kv_held("Prefill", "Decode")
