@@ -64,7 +64,12 @@ class ModelConfig(_Strict):
 class TransportConfig(_Strict):
     """How KV moves from the prefill pool to the decode pool."""
 
-    kind: Literal["nixl"] = Field("nixl", description="KV transport; NIXL over UCX.")
+    kind: Literal["auto", "nixl", "object_store"] = Field(
+        "auto",
+        description="`nixl` (UCX/RDMA), `object_store` (Ray object store), or `auto`: NIXL "
+        "first, the object store when NIXL is missing or fails, local recompute last. "
+        "Every kind ends in recompute, so a failed transfer never fails a request.",
+    )
     kv_buffer_device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",
         description="Where NIXL registers the KV buffers: `cpu` (host memory), `cuda`, or "
@@ -74,6 +79,11 @@ class TransportConfig(_Strict):
         "127.0.0.1",
         description="Address each engine's NIXL handshake listener binds and advertises; "
         "use the node's own address when pools span machines.",
+    )
+    prefill_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Longest wait for the prefill pool before decode recomputes the prompt.",
     )
     kv_lease_s: int = Field(
         30,

@@ -23,10 +23,18 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 from app.config import AppConfig, PoolConfig
+from app.kv_transport import object_store
+from app.kv_transport.fallback import Transport, engine_transports, nixl_installed
 from app.records import EngineStats, GenerateRequest, PrefillResult, Role, TokenChunk
+
+# Keys of the object-store connector's kv_transfer_params (kept in sync with
+# app.kv_transport.object_store_connector, which imports vLLM and torch).
+SAVE_PATH = "splitserve_save_path"
+LOAD_PATH = "splitserve_load_path"
+NUM_TOKENS = "splitserve_num_tokens"
 
 # Counters and gauges copied out of vLLM's Prometheus registry by `stats()`.
 _STAT_PREFIXES = (
@@ -76,28 +84,58 @@ def engine_environment(
     return env
 
 
+def kv_transfer_config(role: Role, config: AppConfig, engine_id: str) -> Any:
+    """The vLLM KV connector setup for ``role``: NIXL, the object store, or both."""
+    from vllm.config import KVTransferConfig
+
+    if role is Role.COLOCATED:
+        return None
+    device = config.transport.kv_buffer_device
+    if device == "auto":
+        device = "cuda" if _on_gpu() else "cpu"
+    kv_role: Literal["kv_producer", "kv_consumer"] = (
+        "kv_producer" if role is Role.PREFILL else "kv_consumer"
+    )
+    connectors: list[dict[str, Any]] = []
+    for transport in engine_transports(config.transport.kind, nixl_installed()):
+        if transport is Transport.NIXL:
+            connectors.append(
+                {
+                    "kv_connector": "NixlConnector",
+                    "kv_role": kv_role,
+                    "kv_buffer_device": device,
+                    "kv_connector_extra_config": {"kv_lease_duration": config.transport.kv_lease_s},
+                }
+            )
+        else:
+            connectors.append(
+                {
+                    "kv_connector": "SplitserveObjectStoreConnector",
+                    "kv_connector_module_path": "app.kv_transport.object_store_connector",
+                    "kv_role": kv_role,
+                }
+            )
+    # A KV load failure fails the engine request (finish_reason "error") instead of
+    # recomputing inside the engine: the orchestrator then tries the next transport
+    # of the chain, whose last step is an explicit local recompute.
+    if len(connectors) == 1:
+        return KVTransferConfig(**connectors[0], engine_id=engine_id, kv_load_failure_policy="fail")
+    return KVTransferConfig(
+        kv_connector="MultiConnector",
+        kv_role=kv_role,
+        kv_buffer_device=device,
+        engine_id=engine_id,
+        kv_load_failure_policy="fail",
+        kv_connector_extra_config={"connectors": connectors},
+    )
+
+
 def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: str) -> Any:
     """vLLM ``AsyncEngineArgs`` for one replica of ``role``."""
-    from vllm.config import KVTransferConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     model = config.model
-    kv_transfer = None
-    if role is not Role.COLOCATED:
-        device = config.transport.kv_buffer_device
-        if device == "auto":
-            device = "cuda" if _on_gpu() else "cpu"
-        kv_transfer = KVTransferConfig(
-            kv_connector="NixlConnector",
-            kv_role="kv_producer" if role is Role.PREFILL else "kv_consumer",
-            kv_buffer_device=device,
-            engine_id=engine_id,
-            kv_connector_extra_config={"kv_lease_duration": config.transport.kv_lease_s},
-            # Last resort of the fallback chain: when the KV cannot be pulled (prefill
-            # replica gone, peer unreachable, transfer failed), decode recomputes the
-            # prompt locally and the client still gets its answer.
-            kv_load_failure_policy="recompute",
-        )
+    kv_transfer = kv_transfer_config(role, config, engine_id)
     return AsyncEngineArgs(
         model=model_path,
         served_model_name=[model.name],
@@ -114,6 +152,23 @@ def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: 
     )
 
 
+def _kv_geometry(engine: Any) -> tuple[int, int]:
+    """(block size in tokens, KV bytes per token) of a vLLM engine; zeros if unknown."""
+    try:
+        vllm_config = engine.vllm_config
+        model, parallel = vllm_config.model_config, vllm_config.parallel_config
+        per_token = (
+            2
+            * model.get_num_layers(parallel)
+            * model.get_num_kv_heads(parallel)
+            * model.get_head_size()
+            * model.dtype.itemsize
+        )
+        return int(vllm_config.cache_config.block_size), int(per_token)
+    except AttributeError:
+        return 0, 0
+
+
 class EngineServer:
     """One vLLM engine in one role; the Serve deployments are thin shells around it.
 
@@ -125,6 +180,7 @@ class EngineServer:
         self.engine = engine
         self.role = role
         self.engine_id = engine_id
+        self.block_size, self.kv_bytes_per_token = _kv_geometry(engine)
 
     @classmethod
     def start(cls, role: Role, config: AppConfig, model_path: str) -> EngineServer:
@@ -138,48 +194,112 @@ class EngineServer:
         args = engine_arguments(role, config, model_path, engine_id)
         return cls(AsyncLLM.from_engine_args(args), role, engine_id)
 
-    async def prefill(self, request: GenerateRequest) -> PrefillResult:
-        """Compute the prompt's KV and keep it for a decode replica to pull."""
+    async def prefill(
+        self, request: GenerateRequest, transport: Transport = Transport.NIXL
+    ) -> PrefillResult:
+        """Compute the prompt's KV and hand it over by ``transport``.
+
+        NIXL: the engine keeps the blocks for a decode replica to pull (until pulled,
+        aborted, or the lease expires). Object store: the engine writes the blocks to a
+        payload file, which is moved into the Ray object store.
+        """
         from vllm import SamplingParams
 
         started = time.perf_counter()
+        path = None
+        if transport is Transport.OBJECT_STORE:
+            path = object_store.new_payload_path("prefill")
+            kv: dict[str, Any] = {SAVE_PATH: path}
+        elif transport is Transport.NIXL:
+            kv = {"do_remote_decode": True}
+        else:
+            raise ValueError(f"prefill cannot hand KV over by {transport}")
         params = SamplingParams(
-            max_tokens=1,
-            detokenize=False,
-            extra_args={"kv_transfer_params": {"do_remote_decode": True}},
+            max_tokens=1, detokenize=False, extra_args={"kv_transfer_params": kv}
         )
-        final = None
-        async for output in self._run(request, params):
-            final = output
-        if final is None or not final.kv_transfer_params:
-            raise RuntimeError(f"prefill of {request.request_id} returned no kv_transfer_params")
-        return PrefillResult(
-            kv_transfer_params=dict(final.kv_transfer_params),
-            num_prompt_tokens=len(request.prompt_token_ids),
-            seconds=time.perf_counter() - started,
-        )
+        try:
+            final = None
+            async for output in self._run(request, params):
+                final = output
+            if final is None:
+                raise RuntimeError(f"prefill of {request.request_id} produced no output")
+            if path is not None:
+                ref, nbytes, publish_s = await object_store.publish(path)
+                return PrefillResult(
+                    kv_transfer_params=None,
+                    num_prompt_tokens=len(request.prompt_token_ids),
+                    seconds=time.perf_counter() - started,
+                    kv_object=ref,
+                    kv_bytes=nbytes,
+                    publish_s=publish_s,
+                )
+            if not final.kv_transfer_params:
+                raise RuntimeError(f"prefill of {request.request_id} returned no KV location")
+            return PrefillResult(
+                kv_transfer_params=dict(final.kv_transfer_params),
+                num_prompt_tokens=len(request.prompt_token_ids),
+                seconds=time.perf_counter() - started,
+            )
+        finally:
+            if path is not None:
+                object_store.remove(path)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk]:
-        """Stream the request's new tokens, pulling remote KV when the request says so."""
+        """Stream the request's new tokens, loading transferred KV when the request has some.
+
+        If the transferred KV cannot be used, the only chunk is one with
+        ``transfer_failed`` set and no tokens, so the caller can fall back.
+        """
         from vllm.sampling_params import RequestOutputKind
 
         params = request.sampling_params.clone()
         params.output_kind = RequestOutputKind.DELTA
-        if request.kv_transfer_params is not None:
-            params.extra_args = {
-                **(params.extra_args or {}),
-                "kv_transfer_params": request.kv_transfer_params,
-            }
-        async for output in self._run(request, params):
-            completion = output.outputs[0]
-            yield TokenChunk(
-                text=completion.text,
-                token_ids=list(completion.token_ids),
-                finish_reason=completion.finish_reason,
-                stop_reason=completion.stop_reason,
-                num_prompt_tokens=len(output.prompt_token_ids or ()),
-                num_cached_tokens=int(output.num_cached_tokens or 0),
-            )
+        kv = request.kv_transfer_params
+        path = None
+        kv_bytes = 0
+        fetch_s = 0.0
+        try:
+            if request.kv_object is not None:
+                path = object_store.new_payload_path("decode")
+                try:
+                    kv_bytes, fetch_s = await object_store.materialize(request.kv_object, path)
+                except Exception as exc:  # lost object, dead owner, bad payload
+                    yield TokenChunk(
+                        "", [], transfer_failed=f"object store: {type(exc).__name__}: {exc}"
+                    )
+                    return
+                kv = {LOAD_PATH: path, NUM_TOKENS: request.kv_num_tokens}
+            elif kv is not None and kv.get("remote_block_ids"):
+                kv_bytes = self._nixl_bytes(kv)
+            if kv is not None:
+                params.extra_args = {**(params.extra_args or {}), "kv_transfer_params": kv}
+            first = True
+            async for output in self._run(request, params):
+                completion = output.outputs[0]
+                if first and kv and completion.finish_reason == "error":
+                    yield TokenChunk(
+                        "", [], transfer_failed="the decode engine could not load the KV"
+                    )
+                    return
+                yield TokenChunk(
+                    text=completion.text,
+                    token_ids=list(completion.token_ids),
+                    finish_reason=completion.finish_reason,
+                    stop_reason=completion.stop_reason,
+                    num_prompt_tokens=len(output.prompt_token_ids or ()),
+                    num_cached_tokens=int(output.num_cached_tokens or 0),
+                    kv_bytes=kv_bytes if first else 0,
+                    kv_fetch_s=fetch_s if first else 0.0,
+                )
+                first = False
+        finally:
+            if path is not None:
+                object_store.remove(path)
+
+    def _nixl_bytes(self, kv: dict[str, Any]) -> int:
+        """Bytes NIXL moves for these params: whole blocks of every layer."""
+        blocks = sum(len(group) for group in kv.get("remote_block_ids") or ())
+        return blocks * self.block_size * self.kv_bytes_per_token
 
     async def _run(self, request: GenerateRequest, params: Any) -> AsyncIterator[Any]:
         finished = False

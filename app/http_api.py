@@ -26,7 +26,7 @@ from app.config import IngressConfig
 from app.errors import APIError, bad_request, server_error
 from app.openai_requests import ParsedRequest, RequestParser
 from app.openai_responses import ResponseWriter, stream_error
-from app.orchestrator import Orchestrator
+from app.orchestrator import Orchestrator, RequestTimings
 from app.records import GenerateRequest, TokenChunk
 
 logger = logging.getLogger("splitserve.http")
@@ -119,9 +119,12 @@ class OpenAIServer:
             prompt_token_ids=parsed.prompt_token_ids,
             sampling_params=parsed.sampling_params,
         )
-        writer = ResponseWriter(parsed)
+        timings = RequestTimings()
+        writer = ResponseWriter(parsed, timings)
         deadline = time.monotonic() + self.config.request_timeout_s
-        chunks = self._with_deadline(self.orchestrator.run(generate), deadline, parsed.request_id)
+        chunks = self._with_deadline(
+            self.orchestrator.run(generate, timings), deadline, parsed.request_id
+        )
         if parsed.stream:
             return await self._stream(chunks, writer)
         try:

@@ -12,6 +12,7 @@ from typing import Any
 
 from app.errors import APIError
 from app.openai_requests import ParsedRequest
+from app.orchestrator import RequestTimings
 from app.records import TokenChunk
 
 SSE_DONE = "data: [DONE]\n\n"
@@ -24,8 +25,9 @@ def sse(payload: dict[str, Any]) -> str:
 class ResponseWriter:
     """Accumulates one request's output and renders it as OpenAI JSON or SSE events."""
 
-    def __init__(self, request: ParsedRequest) -> None:
+    def __init__(self, request: ParsedRequest, timings: RequestTimings | None = None) -> None:
         self.request = request
+        self.timings = timings
         self.created = int(time.time())
         self.completion_tokens = 0
         self.cached_tokens = 0
@@ -97,13 +99,35 @@ class ResponseWriter:
             choice["stop_reason"] = chunk.stop_reason
         return events + sse(self._envelope(obj, [choice]))
 
+    def timing(self) -> dict[str, Any] | None:
+        """Server-side timings and how the KV moved (a splitserve extension field)."""
+        t = self.timings
+        if t is None:
+            return None
+        report = t.transfer
+        transport = report.transport
+        return {
+            "ttft_ms": round(t.first_token_s * 1000, 3),
+            "prefill_ms": round(t.prefill_s * 1000, 3),
+            "kv_transport": transport.value if transport else None,
+            "kv_bytes": report.kv_bytes,
+            "kv_fetch_ms": round(t.kv_fetch_s * 1000, 3),
+            "decode_first_token_ms": round(t.decode_first_token_s * 1000, 3),
+            "fallbacks": [
+                {"transport": a.transport.value, "reason": a.reason} for a in report.fallbacks
+            ],
+        }
+
     def stream_end(self) -> str:
-        """The closing events: usage (if asked for) and ``[DONE]``."""
+        """The closing events: usage and timings (if usage was asked for) and ``[DONE]``."""
         tail = ""
         if self.request.include_usage:
             obj = "chat.completion.chunk" if self.request.kind == "chat" else "text_completion"
             body = self._envelope(obj, [])
             body["usage"] = self.usage()
+            timing = self.timing()
+            if timing is not None:
+                body["splitserve"] = timing
             tail += sse(body)
         return tail + SSE_DONE
 
@@ -121,6 +145,9 @@ class ResponseWriter:
             choice["text"] = text
         body = self._envelope(self._object, [choice])
         body["usage"] = self.usage()
+        timing = self.timing()
+        if timing is not None:
+            body["splitserve"] = timing
         return body
 
 

@@ -1,20 +1,25 @@
-"""Orchestration of one request across the pools: prefill remotely, then decode and stream.
+"""Orchestration of one request across the pools, and where the transfer fallback is decided.
 
 The ingress drives both steps (DESIGN.md, "Request flow"): it asks the prefill pool to
-compute the prompt's KV, then hands the returned ``kv_transfer_params`` to the decode
-pool, which pulls the KV and streams tokens back. In colocated mode the decode pool
+compute the prompt's KV and hand it over by a transport, then asks the decode pool to
+generate with that KV. The transports are tried in the order of the request's plan
+(:mod:`app.kv_transport.fallback`): when a prefill fails or times out, or the decode
+replica reports that it could not use the KV, the next transport is tried; the last is
+always a local recompute on the decode replica. In colocated mode the decode pool
 serves the whole request. Pools are reached through :class:`PoolClient`, so this logic
 runs the same against Ray Serve handles and against test fakes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
 
 from app.config import Mode
+from app.kv_transport.fallback import Attempt, TransferReport, Transport
 from app.records import GenerateRequest, PrefillResult, TokenChunk
 
 
@@ -22,16 +27,18 @@ class PoolClient(ABC):
     """How the orchestrator reaches one pool of engine replicas.
 
     Contracts:
-    - ``prefill``: runs the prompt on one replica and returns where its KV is held. The
-      replica holds those KV blocks until a decode replica pulls them, the request is
-      aborted, or the transfer lease expires. Raises on failure.
-    - ``generate``: streams the request's tokens from one replica. Closing the iterator
-      early (the caller stops, is cancelled or times out) must abort the request on
-      that replica and free its KV blocks.
+    - ``prefill``: runs the prompt on one replica and hands its KV over by ``transport``
+      (NIXL: the replica holds the blocks until a decode replica pulls them, the
+      request is aborted, or the lease expires; object store: the result references a
+      Ray object freed when the last reference is dropped). Raises on failure.
+    - ``generate``: streams the request's tokens from one replica. If the request's
+      transferred KV cannot be used, the first chunk has ``transfer_failed`` set and no
+      tokens. Closing the iterator early (the caller stops, is cancelled or times out)
+      must abort the request on that replica and free its KV blocks.
     """
 
     @abstractmethod
-    async def prefill(self, request: GenerateRequest) -> PrefillResult: ...
+    async def prefill(self, request: GenerateRequest, transport: Transport) -> PrefillResult: ...
 
     @abstractmethod
     def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk]: ...
@@ -39,38 +46,137 @@ class PoolClient(ABC):
 
 @dataclass
 class RequestTimings:
-    """Where one request's time went, in seconds (filled in as it runs)."""
+    """Where one request's time went, in seconds, and how its KV moved (filled as it runs)."""
 
     prefill_s: float = 0.0
+    kv_fetch_s: float = 0.0
+    decode_first_token_s: float = 0.0
     first_token_s: float = 0.0
     total_s: float = 0.0
+    transfer: TransferReport = field(default_factory=TransferReport)
+
+
+def _describe(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None) or exc  # Ray wraps remote errors
+    text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+    return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
 
 
 class Orchestrator:
     """Runs requests in ``mode`` over a prefill pool (disaggregated only) and a decode pool."""
 
-    def __init__(self, mode: Mode, decode: PoolClient, prefill: PoolClient | None = None) -> None:
+    def __init__(
+        self,
+        mode: Mode,
+        decode: PoolClient,
+        prefill: PoolClient | None = None,
+        plan: tuple[Transport, ...] = (Transport.NIXL, Transport.RECOMPUTE),
+        prefill_timeout_s: float = 30.0,
+        on_transfer: Callable[[TransferReport], None] | None = None,
+    ) -> None:
         if mode is Mode.DISAGGREGATED and prefill is None:
             raise ValueError("disaggregated mode needs a prefill pool")
+        if not plan or plan[-1] is not Transport.RECOMPUTE:
+            raise ValueError("a transfer plan must end with recompute")
         self.mode = mode
         self.decode = decode
         self.prefill = prefill
+        self.plan = plan
+        self.prefill_timeout_s = prefill_timeout_s
+        self.on_transfer = on_transfer
 
     async def run(
         self, request: GenerateRequest, timings: RequestTimings | None = None
     ) -> AsyncIterator[TokenChunk]:
-        """Stream ``request``'s tokens; prefill first when disaggregated."""
+        """Stream ``request``'s tokens; in disaggregated mode, move its KV by the plan."""
         timings = timings or RequestTimings()
         started = time.perf_counter()
-        if self.mode is Mode.DISAGGREGATED:
-            assert self.prefill is not None
-            result = await self.prefill.prefill(request)
-            timings.prefill_s = time.perf_counter() - started
-            request = replace(request, kv_transfer_params=result.kv_transfer_params)
+        if self.mode is Mode.COLOCATED:
+            chunks = self.decode.generate(request)
+        else:
+            chunks = self._disaggregated(request, timings, started)
         first = True
-        async for chunk in self.decode.generate(request):
-            if first:
-                first = False
-                timings.first_token_s = time.perf_counter() - started
-            yield chunk
+        try:
+            async for chunk in chunks:
+                if first:
+                    first = False
+                    timings.first_token_s = time.perf_counter() - started
+                yield chunk
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
         timings.total_s = time.perf_counter() - started
+
+    async def _disaggregated(
+        self, request: GenerateRequest, timings: RequestTimings, started: float
+    ) -> AsyncIterator[TokenChunk]:
+        report = timings.transfer
+        prefill_reachable = True
+        for number, transport in enumerate(self.plan):
+            attempt_started = time.perf_counter()
+            attempt = (
+                request
+                if number == 0
+                else replace(request, request_id=f"{request.request_id}.{number}")
+            )
+            if transport is not Transport.RECOMPUTE:
+                if not prefill_reachable:
+                    continue  # every transport but recompute needs the prefill pool
+                try:
+                    result = await self._prefill(attempt, transport)
+                except (TimeoutError, Exception) as exc:
+                    prefill_reachable = False
+                    report.attempts.append(
+                        Attempt(
+                            transport,
+                            False,
+                            f"prefill failed: {_describe(exc)}",
+                            time.perf_counter() - attempt_started,
+                        )
+                    )
+                    continue
+                timings.prefill_s += time.perf_counter() - attempt_started
+                attempt = replace(
+                    attempt,
+                    kv_transfer_params=result.kv_transfer_params,
+                    kv_object=result.kv_object,
+                    kv_num_tokens=result.num_prompt_tokens,
+                )
+                report.transfer_s = result.publish_s
+            decode_started = time.perf_counter()
+            stream = self.decode.generate(attempt)
+            try:
+                first = await anext(aiter(stream), None)
+                if first is not None and first.transfer_failed:
+                    report.attempts.append(
+                        Attempt(
+                            transport,
+                            False,
+                            first.transfer_failed,
+                            time.perf_counter() - attempt_started,
+                        )
+                    )
+                    continue
+                report.attempts.append(
+                    Attempt(transport, True, None, time.perf_counter() - attempt_started)
+                )
+                if first is not None:
+                    timings.decode_first_token_s = time.perf_counter() - decode_started
+                    timings.kv_fetch_s = first.kv_fetch_s
+                    report.kv_bytes = first.kv_bytes
+                    report.transfer_s += first.kv_fetch_s
+                if self.on_transfer is not None:
+                    self.on_transfer(report)
+                if first is None:
+                    return
+                yield first
+                async for chunk in stream:
+                    yield chunk
+                return
+            finally:
+                await stream.aclose()  # type: ignore[attr-defined]
+        raise RuntimeError("every transport failed, recompute included")
+
+    async def _prefill(self, request: GenerateRequest, transport: Transport) -> PrefillResult:
+        assert self.prefill is not None
+        async with asyncio.timeout(self.prefill_timeout_s):
+            return await self.prefill.prefill(request, transport)

@@ -27,16 +27,23 @@ class GenerateRequest:
     prompt_token_ids: list[int]
     # vllm.SamplingParams; typed loosely so this module imports without vLLM.
     sampling_params: Any
+    # Where decode finds the prompt's KV: NIXL's params, or a Ray object (an ObjectRef
+    # to a KV payload) covering ``kv_num_tokens`` prompt tokens. Neither: recompute.
     kv_transfer_params: dict[str, Any] | None = None
+    kv_object: Any = None
+    kv_num_tokens: int = 0
 
 
 @dataclass(frozen=True)
 class PrefillResult:
     """What the prefill pool returns: where decode finds the prompt's KV."""
 
-    kv_transfer_params: dict[str, Any]
+    kv_transfer_params: dict[str, Any] | None
     num_prompt_tokens: int
     seconds: float
+    kv_object: Any = None  # object store: ObjectRef of the KV payload
+    kv_bytes: int = 0
+    publish_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,10 @@ class TokenChunk:
     stop_reason: int | str | None = None
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    # Only on a request's first chunk:
+    transfer_failed: str | None = None  # the KV could not be used; nothing was generated
+    kv_bytes: int = 0  # bytes of KV this replica received for the request
+    kv_fetch_s: float = 0.0  # object store: getting the payload next to the engine
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from ray import serve
 
 from app.config import AppConfig, Mode
 from app.http_api import OpenAIServer
+from app.kv_transport.fallback import nixl_installed, transfer_plan
+from app.kv_transport.transfer_metrics import RayTransferMetrics
 from app.model_source import resolve_model
 from app.openai_requests import RequestParser
 from app.orchestrator import Orchestrator
@@ -24,10 +26,14 @@ class Ingress:
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model.source))
         parser = RequestParser(tokenizer, config.model.name, config.model.max_model_len)
+        metrics = RayTransferMetrics()
         orchestrator = Orchestrator(
             config.mode,
             decode=ServePoolClient(decode),
             prefill=ServePoolClient(prefill) if config.mode is Mode.DISAGGREGATED else None,
+            plan=transfer_plan(config.transport.kind, nixl_installed()),
+            prefill_timeout_s=config.transport.prefill_timeout_s,
+            on_transfer=metrics.record,
         )
         api_key = os.environ.get("SPLITSERVE_API_KEY") or config.ingress.api_key
         self._server = OpenAIServer(parser, orchestrator, config.ingress, api_key)

@@ -8,6 +8,7 @@ from typing import Any
 
 from app.config import AppConfig
 from app.engine import EngineServer
+from app.kv_transport.fallback import Transport
 from app.model_source import resolve_model
 from app.records import EngineStats, GenerateRequest, PrefillResult, Role, TokenChunk
 
@@ -23,8 +24,10 @@ class LLMServer:
         self.server = EngineServer.start(self.role, config, model_path)
         logger.info("%s engine %s ready", self.role.value, self.server.engine_id)
 
-    async def prefill(self, request: GenerateRequest) -> PrefillResult:
-        return await self.server.prefill(request)
+    async def prefill(
+        self, request: GenerateRequest, transport: Transport = Transport.NIXL
+    ) -> PrefillResult:
+        return await self.server.prefill(request, transport)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk]:
         async for chunk in self.server.generate(request):

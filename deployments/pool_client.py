@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from app.kv_transport.fallback import Transport
 from app.orchestrator import PoolClient
 from app.records import GenerateRequest, PrefillResult, TokenChunk
 
@@ -16,8 +17,8 @@ class ServePoolClient(PoolClient):
         self.handle = handle
         self._stream_handle = handle.options(stream=True)
 
-    async def prefill(self, request: GenerateRequest) -> PrefillResult:
-        response = self.handle.prefill.remote(request)
+    async def prefill(self, request: GenerateRequest, transport: Transport) -> PrefillResult:
+        response = self.handle.prefill.remote(request, transport)
         try:
             result: PrefillResult = await response
         except BaseException:

@@ -18,7 +18,7 @@ class FakePool(PoolClient):
         self.delay = delay
         self.fail = fail
 
-    async def prefill(self, request):
+    async def prefill(self, request, transport=None):
         return PrefillResult({"remote_block_ids": [[1]]}, len(request.prompt_token_ids), 0.0)
 
     async def generate(self, request):

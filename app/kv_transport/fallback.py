@@ -1,0 +1,69 @@
+"""The transport chain: which ways of moving KV a request tries, in order, and what happened.
+
+``auto`` tries NIXL first (when this host has it), then the Ray object store, then
+recomputes the prompt on the decode replica. ``nixl`` and ``object_store`` try only that
+transport before recomputing. Recompute always works, so a client never sees a transfer
+failure, only (at worst) a slower first token.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Transport(StrEnum):
+    NIXL = "nixl"
+    OBJECT_STORE = "object_store"
+    RECOMPUTE = "recompute"
+
+
+def nixl_installed() -> bool:
+    """Whether the `nixl` package vLLM's NixlConnector imports is present."""
+    return importlib.util.find_spec("nixl") is not None
+
+
+def transfer_plan(kind: str, nixl_available: bool) -> tuple[Transport, ...]:
+    """The transports to try for ``transport.kind`` = ``kind``, last resort included."""
+    if kind == "nixl":
+        return (Transport.NIXL, Transport.RECOMPUTE)
+    if kind == "object_store":
+        return (Transport.OBJECT_STORE, Transport.RECOMPUTE)
+    if kind == "auto":
+        first = (Transport.NIXL,) if nixl_available else ()
+        return (*first, Transport.OBJECT_STORE, Transport.RECOMPUTE)
+    raise ValueError(f"unknown transport kind {kind!r}")
+
+
+def engine_transports(kind: str, nixl_available: bool) -> tuple[Transport, ...]:
+    """The KV connectors an engine needs for ``kind`` (recompute needs none)."""
+    return tuple(t for t in transfer_plan(kind, nixl_available) if t is not Transport.RECOMPUTE)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One try at moving a request's KV."""
+
+    transport: Transport
+    ok: bool
+    reason: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class TransferReport:
+    """What moving one request's KV took: the attempts in order and the one that served it."""
+
+    attempts: list[Attempt] = field(default_factory=list)
+    kv_bytes: int = 0
+    transfer_s: float = 0.0
+
+    @property
+    def transport(self) -> Transport | None:
+        served = [a for a in self.attempts if a.ok]
+        return served[-1].transport if served else None
+
+    @property
+    def fallbacks(self) -> list[Attempt]:
+        return [a for a in self.attempts if not a.ok]

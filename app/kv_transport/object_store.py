@@ -1,0 +1,70 @@
+"""The replica half of the Ray object-store transport (this module imports Ray).
+
+Prefill: the engine's connector writes the prompt's KV payload to a file in shared memory;
+:func:`publish` moves it into the Ray object store and deletes the file. The object is
+owned by the prefill replica and freed by Ray's reference counting once the ingress and
+the decode replica drop the reference (request done or aborted); if the prefill replica
+dies first, the object is lost and decode falls back to recompute.
+
+Decode: :func:`materialize` fetches the object (zero-copy from the local object store)
+into a file the decode engine's connector loads and deletes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def payload_dir() -> Path:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+def new_payload_path(kind: str) -> str:
+    return str(payload_dir() / f"splitserve-kv-{kind}-{uuid.uuid4().hex}")
+
+
+def remove(path: str) -> None:
+    for candidate in (path, path + ".tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(candidate)
+
+
+async def publish(path: str) -> tuple[Any, int, float]:
+    """Put the payload file at ``path`` into the object store; return (ref, bytes, seconds)."""
+    import ray
+
+    def put() -> tuple[Any, int, float]:
+        started = time.perf_counter()
+        try:
+            data = np.fromfile(path, dtype=np.uint8)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"the prefill engine wrote no KV payload at {path}") from exc
+        ref = ray.put(data)
+        return ref, int(data.nbytes), time.perf_counter() - started
+
+    try:
+        return await asyncio.to_thread(put)
+    finally:
+        remove(path)
+
+
+async def materialize(ref: Any, path: str) -> tuple[int, float]:
+    """Fetch the payload object into a file at ``path``; return (bytes, seconds)."""
+    started = time.perf_counter()
+    data = await ref
+    if not isinstance(data, np.ndarray):
+        raise TypeError(f"KV payload object holds {type(data).__name__}, not a byte array")
+    tmp = path + ".tmp"
+    await asyncio.to_thread(data.tofile, tmp)
+    os.replace(tmp, path)
+    return int(data.nbytes), time.perf_counter() - started

@@ -1,0 +1,118 @@
+"""The transport chain against real engines: object store, NIXL → object store, → recompute.
+
+Each test drives the same :class:`Orchestrator` the ingress uses, over Serve handles to
+the real Prefill and Decode deployments, with a wrapper that breaks one transport the way
+a real fault would (an unreachable NIXL peer, an object that is not a KV payload).
+"""
+
+import re
+import uuid
+from dataclasses import replace
+
+import numpy as np
+import ray
+
+from app.config import Mode
+from app.kv_transport.fallback import Transport
+from app.orchestrator import Orchestrator, PoolClient, RequestTimings
+from app.records import GenerateRequest
+from deployments.pool_client import ServePoolClient
+from tests.integration.conftest import TEST_KV_LEASE_S
+from tests.integration.faults import assert_no_kv_held, handle
+from tests.integration.helpers import GREEDY, complete, random_prompt
+
+NX, OS, RC = Transport.NIXL, Transport.OBJECT_STORE, Transport.RECOMPUTE
+
+
+class Breaker(PoolClient):
+    """Wraps the real prefill pool and spoils the hand-over of the transports in ``broken``."""
+
+    def __init__(self, inner, broken=()):
+        self.inner = inner
+        self.broken = set(broken)
+
+    async def prefill(self, request, transport):
+        result = await self.inner.prefill(request, transport)
+        if transport is NX and NX in self.broken:
+            # A peer nobody listens for: a new engine id (no cached handshake), closed port.
+            params = {
+                **result.kv_transfer_params,
+                "remote_engine_id": f"gone-{uuid.uuid4()}",
+                "remote_port": 1,
+            }
+            return replace(result, kv_transfer_params=params)
+        if transport is OS and OS in self.broken:
+            return replace(result, kv_object=ray.put(np.zeros(64, dtype=np.uint8)))
+        return result
+
+    def generate(self, request):
+        raise AssertionError("not a decode pool")
+
+
+def _orchestrator(plan, broken=()):
+    prefill = Breaker(ServePoolClient(handle("Prefill")), broken)
+    return Orchestrator(Mode.DISAGGREGATED, ServePoolClient(handle("Decode")), prefill, plan=plan)
+
+
+async def _serve(orchestrator, prompt, request_id):
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    timings = RequestTimings()
+    request = GenerateRequest(request_id, prompt, params)
+    text = "".join([c.text async for c in orchestrator.run(request, timings)])
+    return text, timings.transfer
+
+
+def _plasma_objects() -> int:
+    from ray._private.internal_api import memory_summary
+
+    found = re.search(r"(\d+) objects", memory_summary(stats_only=True))
+    return int(found.group(1)) if found else 0
+
+
+def _colocated(apps, http, prompt):
+    return complete(http, apps.colocated, {**GREEDY, "prompt": prompt})["choices"][0]["text"]
+
+
+async def test_object_store_transport_matches_colocated(apps, http):
+    objects_before = _plasma_objects()
+    orchestrator = _orchestrator((OS, RC))
+    for n, length in enumerate([5, 130, 300, 700]):
+        prompt = random_prompt(7100 + n, length)
+        text, report = await _serve(orchestrator, prompt, f"os-{n}")
+        assert report.transport is OS, report
+        assert not report.fallbacks
+        assert report.kv_bytes > 0
+        assert text == _colocated(apps, http, prompt)
+    assert_no_kv_held("Prefill", "Decode")
+    assert _plasma_objects() <= objects_before
+
+
+async def test_nixl_failure_falls_back_to_the_object_store(apps, http):
+    prompt = random_prompt(7200, 260)
+    text, report = await _serve(_orchestrator((NX, OS, RC), broken={NX}), prompt, "nx-fail")
+    assert report.transport is OS
+    assert [a.transport for a in report.fallbacks] == [NX]
+    assert text == _colocated(apps, http, prompt)
+    # The spoiled NIXL hand-over left blocks on prefill: its lease frees them.
+    assert_no_kv_held("Prefill", "Decode", timeout_s=TEST_KV_LEASE_S + 30)
+
+
+async def test_both_transports_failing_recompute(apps, http):
+    objects_before = _plasma_objects()
+    prompt = random_prompt(7300, 200)
+    text, report = await _serve(_orchestrator((NX, OS, RC), broken={NX, OS}), prompt, "both-fail")
+    assert report.transport is RC
+    assert [a.transport for a in report.fallbacks] == [NX, OS]
+    assert text == _colocated(apps, http, prompt)
+    assert_no_kv_held("Prefill", "Decode", timeout_s=TEST_KV_LEASE_S + 30)
+    assert _plasma_objects() <= objects_before
+
+
+def test_http_response_reports_the_transfer(apps, http):
+    body = complete(http, apps.disaggregated, {**GREEDY, "prompt": random_prompt(7400, 300)})
+    timing = body["splitserve"]
+    assert timing["kv_transport"] == "nixl" and timing["fallbacks"] == []
+    assert timing["kv_bytes"] > 0
+    assert 0 < timing["prefill_ms"] <= timing["ttft_ms"]

@@ -1,0 +1,68 @@
+import pytest
+
+from app.kv_transport.fallback import TransferReport, Transport, transfer_plan
+from app.kv_transport.payload import (
+    VERSION,
+    LayerSlab,
+    PayloadError,
+    PayloadHeader,
+    decode_header,
+    encode_header,
+)
+
+NX, OS, RC = Transport.NIXL, Transport.OBJECT_STORE, Transport.RECOMPUTE
+
+
+@pytest.mark.parametrize(
+    ("kind", "nixl", "plan"),
+    [
+        ("auto", True, (NX, OS, RC)),
+        ("auto", False, (OS, RC)),
+        ("nixl", True, (NX, RC)),
+        ("object_store", True, (OS, RC)),
+    ],
+)
+def test_every_plan_ends_in_recompute(kind, nixl, plan):
+    assert transfer_plan(kind, nixl) == plan
+
+
+def test_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match="carrier-pigeon"):
+        transfer_plan("carrier-pigeon", True)
+
+
+def _header(data_len=8):
+    slab = LayerSlab("layers.0", "bfloat16", (2, 1, 4), block_dim=1, offset=0, nbytes=data_len)
+    return PayloadHeader(VERSION, block_size=16, num_tokens=10, num_blocks=1, layers=(slab,))
+
+
+def test_payload_header_round_trips():
+    raw = encode_header(_header()) + bytes(8)
+    header, start = decode_header(raw)
+    assert header == _header()
+    assert start == len(raw) - 8
+
+
+@pytest.mark.parametrize(
+    ("mutate", "words"),
+    [
+        (lambda b: b"XXXX" + b[4:], "bad magic"),
+        (lambda b: b[:4] + (99).to_bytes(4, "little") + b[8:], "version 99"),
+        (lambda b: b[:-1], "truncated"),
+        (lambda b: b[:20], "truncated inside its header"),
+        (lambda b: b[:3], "too short"),
+    ],
+)
+def test_bad_payloads_are_refused_by_name(mutate, words):
+    raw = encode_header(_header()) + bytes(8)
+    with pytest.raises(PayloadError, match=words):
+        decode_header(mutate(raw))
+
+
+def test_report_names_the_serving_transport_and_fallbacks():
+    from app.kv_transport.fallback import Attempt
+
+    report = TransferReport(attempts=[Attempt(NX, False, "x"), Attempt(OS, True)])
+    assert report.transport is OS
+    assert [a.transport for a in report.fallbacks] == [NX]
+    assert TransferReport().transport is None
