@@ -81,7 +81,7 @@ class TransportConfig(_Strict):
         "use the node's own address when pools span machines.",
     )
     prefill_timeout_s: float = Field(
-        30.0,
+        10.0,
         gt=0,
         description="Longest wait for the prefill pool before decode recomputes the prompt.",
     )

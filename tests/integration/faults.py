@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psutil
@@ -17,6 +19,21 @@ def handle(deployment: str) -> Any:
     return serve.get_deployment_handle(deployment, app_name=APP)
 
 
+def call(deployment: str, method: str) -> Any:
+    """Call a replica method and wait for it, also from inside a running event loop
+    (where Serve refuses a blocking ``.result()``)."""
+
+    def blocking() -> Any:
+        return getattr(handle(deployment), method).remote().result()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return blocking()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(blocking).result()
+
+
 def wait_until(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.5) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -27,7 +44,7 @@ def wait_until(predicate: Any, timeout_s: float, what: str, interval_s: float = 
 
 
 def all_blocks_free(deployment: str) -> bool:
-    return bool(handle(deployment).all_blocks_free.remote().result())
+    return bool(call(deployment, "all_blocks_free"))
 
 
 def assert_no_kv_held(*deployments: str, timeout_s: float = 30.0) -> None:
@@ -37,7 +54,7 @@ def assert_no_kv_held(*deployments: str, timeout_s: float = 30.0) -> None:
 
 def kill_replica(deployment: str) -> list[int]:
     """SIGKILL the (single) replica process of ``deployment``; return its engine's PIDs."""
-    info = handle(deployment).process_info.remote().result()
+    info = call(deployment, "process_info")
     os.kill(int(info["pid"]), signal.SIGKILL)
     return [int(pid) for pid in info["children"]]
 

@@ -1,12 +1,17 @@
 """Faults end requests cleanly: no hang, a normal answer or a clear error, no KV block held."""
 
+import asyncio
 import threading
 import time
 
 import httpx
 import pytest
 
+from app.config import Mode
+from app.kv_transport.fallback import Transport, transfer_plan
+from app.orchestrator import Orchestrator, PoolClient, RequestTimings
 from app.records import GenerateRequest
+from deployments.pool_client import ServePoolClient
 from tests.integration.conftest import TEST_KV_LEASE_S
 from tests.integration.faults import (
     all_blocks_free,
@@ -26,24 +31,29 @@ def _params():
     return SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
 
 
-def _decode_text(request):
-    stream = handle("Decode").options(stream=True).generate.remote(request)
-    return "".join(chunk.text for chunk in stream)
-
-
 def _colocated_text(apps, http, prompt):
     return complete(http, apps.colocated, {**GREEDY, "prompt": prompt})["choices"][0]["text"]
 
 
-def test_unreachable_nixl_peer_falls_back_to_recompute(apps, http):
+def test_unreachable_nixl_peer_is_reported_not_hung(apps, http):
+    """The decode replica answers a transfer it cannot make with a clean failure chunk.
+
+    (The orchestrator then falls back: tests/integration/test_transport_fallback.py.)
+    """
     prompt = random_prompt(5101, 260)
     real = handle("Prefill").prefill.remote(GenerateRequest("unreach", prompt, _params())).result()
     params = dict(real.kv_transfer_params)
     # A peer nobody listens for: a new engine id (no cached handshake) on a closed port.
     params.update(remote_engine_id="prefill-gone", remote_port=1)
     started = time.monotonic()
-    text = _decode_text(GenerateRequest("unreach-d", prompt, _params(), params))
-    assert text == _colocated_text(apps, http, prompt)
+    stream = (
+        handle("Decode")
+        .options(stream=True)
+        .generate.remote(GenerateRequest("unreach-d", prompt, _params(), params))
+    )
+    chunks = list(stream)
+    assert len(chunks) == 1 and chunks[0].token_ids == []
+    assert "could not load" in chunks[0].transfer_failed
     assert time.monotonic() - started < 60
     # The real prefill blocks were never pulled: its lease frees them.
     assert_no_kv_held("Prefill", "Decode", timeout_s=TEST_KV_LEASE_S + 30)
@@ -78,16 +88,46 @@ def test_client_disconnects_leave_no_kv_held(apps):
     assert_no_kv_held("Prefill", "Decode")
 
 
+class KillAfterPrefill(PoolClient):
+    """The real prefill pool, whose replica is SIGKILLed right after it prefilled."""
+
+    def __init__(self):
+        self.inner = ServePoolClient(handle("Prefill"))
+        self.engine_pids: list[int] = []
+
+    async def prefill(self, request, transport):
+        result = await self.inner.prefill(request, transport)
+        if not self.engine_pids:
+            self.engine_pids = kill_replica("Prefill")
+            # The engine's processes outlive the replica for a moment, and NIXL can still
+            # read from them; wait until the KV is really gone.
+            await asyncio.to_thread(wait_processes_gone, self.engine_pids)
+        return result
+
+    def generate(self, request):
+        raise AssertionError("not a decode pool")
+
+
 @pytest.mark.kills_replica
-def test_prefill_killed_before_decode_pulls(apps, http):
+async def test_prefill_killed_before_decode_pulls(apps, http):
+    """NIXL finds its peer gone, the object store finds no prefill replica: recompute."""
     prompt = random_prompt(5303, 280)
-    result = handle("Prefill").prefill.remote(GenerateRequest("pk", prompt, _params())).result()
-    engine_pids = kill_replica("Prefill")
+    prefill = KillAfterPrefill()
+    orchestrator = Orchestrator(
+        Mode.DISAGGREGATED,
+        ServePoolClient(handle("Decode")),
+        prefill,
+        plan=transfer_plan("auto", nixl_available=True),
+        prefill_timeout_s=5,
+    )
+    timings = RequestTimings()
     started = time.monotonic()
-    text = _decode_text(GenerateRequest("pk-d", prompt, _params(), result.kv_transfer_params))
+    request = GenerateRequest("pk", prompt, _params())
+    text = "".join([chunk.text async for chunk in orchestrator.run(request, timings)])
     assert text == _colocated_text(apps, http, prompt)  # recomputed on decode
+    assert timings.transfer.transport is Transport.RECOMPUTE
     assert time.monotonic() - started < 60
-    wait_processes_gone(engine_pids)
+    wait_processes_gone(prefill.engine_pids)
     wait_healthy("Prefill")
     body = complete(http, apps.disaggregated, {**GREEDY, "prompt": random_prompt(5304, 50)})
     assert body["usage"]["completion_tokens"] == 16

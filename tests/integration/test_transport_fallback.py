@@ -18,7 +18,7 @@ from app.orchestrator import Orchestrator, PoolClient, RequestTimings
 from app.records import GenerateRequest
 from deployments.pool_client import ServePoolClient
 from tests.integration.conftest import TEST_KV_LEASE_S
-from tests.integration.faults import assert_no_kv_held, handle
+from tests.integration.faults import assert_no_kv_held, handle, wait_until
 from tests.integration.helpers import GREEDY, complete, random_prompt
 
 NX, OS, RC = Transport.NIXL, Transport.OBJECT_STORE, Transport.RECOMPUTE
@@ -71,6 +71,11 @@ def _plasma_objects() -> int:
     return int(found.group(1)) if found else 0
 
 
+def assert_objects_freed(before: int) -> None:
+    """Every KV payload object is freed (reference counts drop asynchronously)."""
+    wait_until(lambda: _plasma_objects() <= before, 20, "KV payload objects to be freed")
+
+
 def _colocated(apps, http, prompt):
     return complete(http, apps.colocated, {**GREEDY, "prompt": prompt})["choices"][0]["text"]
 
@@ -86,7 +91,7 @@ async def test_object_store_transport_matches_colocated(apps, http):
         assert report.kv_bytes > 0
         assert text == _colocated(apps, http, prompt)
     assert_no_kv_held("Prefill", "Decode")
-    assert _plasma_objects() <= objects_before
+    assert_objects_freed(objects_before)
 
 
 async def test_nixl_failure_falls_back_to_the_object_store(apps, http):
@@ -107,7 +112,7 @@ async def test_both_transports_failing_recompute(apps, http):
     assert [a.transport for a in report.fallbacks] == [NX, OS]
     assert text == _colocated(apps, http, prompt)
     assert_no_kv_held("Prefill", "Decode", timeout_s=TEST_KV_LEASE_S + 30)
-    assert _plasma_objects() <= objects_before
+    assert_objects_freed(objects_before)
 
 
 def test_http_response_reports_the_transfer(apps, http):
