@@ -15,7 +15,7 @@ TORCH_INDEX ?=
 # Tests run in a loopback-only network namespace where possible (see the script).
 NETNS := scripts/loopback-netns
 
-.PHONY: setup run test test-unit test-integration lint format soak
+.PHONY: setup run test test-unit test-integration lint format soak bench-kv
 
 setup: $(STAMP)
 
@@ -47,6 +47,10 @@ SOAK_STREAMS ?= 8
 SOAK_MINUTES ?= 5
 soak: setup
 	$(NETNS) $(PY) -m load_tests.soak --streams $(SOAK_STREAMS) --minutes $(SOAK_MINUTES)
+
+# KV transport benchmark: NIXL vs Ray object store vs memcpy (docs/benchmarks.md).
+bench-kv: setup
+	$(NETNS) $(PY) -m load_tests.kv_transfer_bench
 
 lint: setup
 	$(VENV)/bin/ruff check .
