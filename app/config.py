@@ -85,6 +85,12 @@ class TransportConfig(_Strict):
         gt=0,
         description="Longest wait for the prefill pool before decode recomputes the prompt.",
     )
+    transfer_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Longest wait for decode's first token when it must pull KV (a hung "
+        "transfer); then the next transport is tried. Recompute has no such limit.",
+    )
     kv_lease_s: int = Field(
         30,
         ge=6,

@@ -73,6 +73,7 @@ class Orchestrator:
         plan: tuple[Transport, ...] = (Transport.NIXL, Transport.RECOMPUTE),
         prefill_timeout_s: float = 30.0,
         on_transfer: Callable[[TransferReport], None] | None = None,
+        transfer_timeout_s: float = 30.0,
     ) -> None:
         if mode is Mode.DISAGGREGATED and prefill is None:
             raise ValueError("disaggregated mode needs a prefill pool")
@@ -83,6 +84,7 @@ class Orchestrator:
         self.prefill = prefill
         self.plan = plan
         self.prefill_timeout_s = prefill_timeout_s
+        self.transfer_timeout_s = transfer_timeout_s
         self.on_transfer = on_transfer
 
     async def run(
@@ -145,7 +147,12 @@ class Orchestrator:
             decode_started = time.perf_counter()
             stream = self.decode.generate(attempt)
             try:
-                first = await anext(aiter(stream), None)
+                try:
+                    first = await self._first_chunk(stream, transport)
+                except TimeoutError:
+                    first = TokenChunk(
+                        "", [], transfer_failed=f"no first token in {self.transfer_timeout_s:g} s"
+                    )
                 if first is not None and first.transfer_failed:
                     report.attempts.append(
                         Attempt(
@@ -175,6 +182,15 @@ class Orchestrator:
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
         raise RuntimeError("every transport failed, recompute included")
+
+    async def _first_chunk(
+        self, stream: AsyncIterator[TokenChunk], transport: Transport
+    ) -> TokenChunk | None:
+        """The decode stream's first chunk; a transfer that hangs counts as failed."""
+        if transport is Transport.RECOMPUTE:
+            return await anext(aiter(stream), None)
+        async with asyncio.timeout(self.transfer_timeout_s):
+            return await anext(aiter(stream), None)
 
     async def _prefill(self, request: GenerateRequest, transport: Transport) -> PrefillResult:
         assert self.prefill is not None

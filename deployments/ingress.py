@@ -33,6 +33,7 @@ class Ingress:
             prefill=ServePoolClient(prefill) if config.mode is Mode.DISAGGREGATED else None,
             plan=transfer_plan(config.transport.kind, nixl_installed()),
             prefill_timeout_s=config.transport.prefill_timeout_s,
+            transfer_timeout_s=config.transport.transfer_timeout_s,
             on_transfer=metrics.record,
         )
         api_key = os.environ.get("SPLITSERVE_API_KEY") or config.ingress.api_key

@@ -120,7 +120,7 @@ def run(sizes_mib: list[int], repeats: int) -> dict[str, Any]:
         runtime_env={"env_vars": UCX_ENV},
     )
     try:
-        actor = ray.remote(num_cpus=1)(Side)
+        actor: Any = ray.remote(num_cpus=1)(Side)
         prefill = actor.remote("prefill", 0, largest)
         decode = actor.remote("decode", 1, largest)
         # Agent metadata travels through Ray calls, not NIXL's own listener (which

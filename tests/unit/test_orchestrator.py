@@ -125,6 +125,25 @@ async def test_stalled_prefill_times_out_into_recompute():
     assert texts == ["a", "b"] and timings.transfer.transport is RC
 
 
+class HangingDecode(FakeDecode):
+    """A transfer that never completes: no first chunk while KV is to be loaded."""
+
+    async def generate(self, request):
+        if request.kv_transfer_params or request.kv_object is not None:
+            await asyncio.sleep(60)
+        async for chunk in super().generate(request):
+            yield chunk
+
+
+async def test_hung_transfer_times_out_into_the_next_transport():
+    orchestrator = Orchestrator(
+        Mode.DISAGGREGATED, HangingDecode(), FakePrefill(), plan=CHAIN, transfer_timeout_s=0.05
+    )
+    texts, timings = await asyncio.wait_for(_run(orchestrator), 5)
+    assert texts == ["a", "b"] and timings.transfer.transport is RC
+    assert all("no first token" in a.reason for a in timings.transfer.fallbacks)
+
+
 async def test_colocated_skips_prefill():
     decode = FakeDecode()
     texts, _ = await _run(Orchestrator(Mode.COLOCATED, decode))
