@@ -191,6 +191,36 @@ class IngressConfig(DeploymentOptions):
     )
 
 
+class RouterConfig(_Strict):
+    """How requests are spread over replicas, and when to disaggregate at all."""
+
+    prefill_policy: Literal["prefix_affinity", "serve_default"] = Field(
+        "prefix_affinity",
+        description="Prefill pool (colocated: the only pool): `prefix_affinity` sends prompts "
+        "sharing a prefix to the same replica; `serve_default` is Serve's power-of-two choice.",
+    )
+    decode_policy: Literal["kv_capacity", "serve_default"] = Field(
+        "kv_capacity",
+        description="Decode pool: `kv_capacity` prefers the replica with the most free KV cache.",
+    )
+    prefix_block_tokens: int = Field(64, gt=0, description="Prefix hashing granularity, tokens.")
+    max_imbalance: int = Field(
+        4, ge=0, description="Queue-length gap beyond which load beats prefix affinity."
+    )
+    local_prefill_below_tokens: int = Field(
+        64,
+        ge=0,
+        description="Prompts shorter than this are prefilled on the decode replica (no "
+        "transfer); 0 disaggregates every request.",
+    )
+    max_prefill_backlog: int = Field(
+        16,
+        gt=0,
+        description="Prefills in flight from one ingress beyond which new requests are "
+        "prefilled on decode instead of waiting.",
+    )
+
+
 class AppConfig(_Strict):
     """The whole application: the YAML's `args:` block."""
 
@@ -198,6 +228,7 @@ class AppConfig(_Strict):
     model: ModelConfig = Field(default_factory=ModelConfig)
     transport: TransportConfig = Field(default_factory=TransportConfig)
     ingress: IngressConfig = Field(default_factory=IngressConfig)
+    router: RouterConfig = Field(default_factory=RouterConfig)
     prefill: PoolConfig = Field(
         default_factory=lambda: PoolConfig(cpu_binding="0"),
         description="The prefill pool (disaggregated mode).",

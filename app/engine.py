@@ -232,6 +232,7 @@ class EngineServer:
                     kv_object=ref,
                     kv_bytes=nbytes,
                     publish_s=publish_s,
+                    engine_id=self.engine_id,
                 )
             if not final.kv_transfer_params:
                 raise RuntimeError(f"prefill of {request.request_id} returned no KV location")
@@ -239,6 +240,7 @@ class EngineServer:
                 kv_transfer_params=dict(final.kv_transfer_params),
                 num_prompt_tokens=len(request.prompt_token_ids),
                 seconds=time.perf_counter() - started,
+                engine_id=self.engine_id,
             )
         finally:
             if path is not None:
@@ -290,6 +292,7 @@ class EngineServer:
                     num_cached_tokens=int(output.num_cached_tokens or 0),
                     kv_bytes=kv_bytes if first else 0,
                     kv_fetch_s=fetch_s if first else 0.0,
+                    engine_id=self.engine_id if first else "",
                 )
                 first = False
         finally:

@@ -107,6 +107,10 @@ class ResponseWriter:
         report = t.transfer
         transport = report.transport
         return {
+            "disaggregated": report.remote_prefill and bool(t.prefill_engine),
+            "decision": report.decision_reason or None,
+            "prefill_engine": t.prefill_engine or None,
+            "decode_engine": t.decode_engine or None,
             "ttft_ms": round(t.first_token_s * 1000, 3),
             "prefill_ms": round(t.prefill_s * 1000, 3),
             "kv_transport": transport.value if transport else None,

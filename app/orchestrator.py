@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from app.config import Mode
 from app.kv_transport.fallback import Attempt, TransferReport, Transport
 from app.records import GenerateRequest, PrefillResult, TokenChunk
+from app.routing.disaggregation import decide
 
 
 class PoolClient(ABC):
@@ -54,6 +55,8 @@ class RequestTimings:
     first_token_s: float = 0.0
     total_s: float = 0.0
     transfer: TransferReport = field(default_factory=TransferReport)
+    prefill_engine: str = ""
+    decode_engine: str = ""
 
 
 def _describe(exc: BaseException) -> str:
@@ -74,6 +77,8 @@ class Orchestrator:
         prefill_timeout_s: float = 30.0,
         on_transfer: Callable[[TransferReport], None] | None = None,
         transfer_timeout_s: float = 30.0,
+        local_prefill_below_tokens: int = 0,
+        max_prefill_backlog: int = 1 << 30,
     ) -> None:
         if mode is Mode.DISAGGREGATED and prefill is None:
             raise ValueError("disaggregated mode needs a prefill pool")
@@ -86,6 +91,9 @@ class Orchestrator:
         self.prefill_timeout_s = prefill_timeout_s
         self.transfer_timeout_s = transfer_timeout_s
         self.on_transfer = on_transfer
+        self.local_prefill_below_tokens = local_prefill_below_tokens
+        self.max_prefill_backlog = max_prefill_backlog
+        self.prefills_in_flight = 0
 
     async def run(
         self, request: GenerateRequest, timings: RequestTimings | None = None
@@ -94,7 +102,7 @@ class Orchestrator:
         timings = timings or RequestTimings()
         started = time.perf_counter()
         if self.mode is Mode.COLOCATED:
-            chunks = self.decode.generate(request)
+            chunks = self._first_engine(self.decode.generate(request), timings)
         else:
             chunks = self._disaggregated(request, timings, started)
         first = True
@@ -112,8 +120,16 @@ class Orchestrator:
         self, request: GenerateRequest, timings: RequestTimings, started: float
     ) -> AsyncIterator[TokenChunk]:
         report = timings.transfer
+        decision = decide(
+            len(request.prompt_token_ids),
+            self.local_prefill_below_tokens,
+            self.prefills_in_flight,
+            self.max_prefill_backlog,
+        )
+        report.remote_prefill, report.decision_reason = decision.remote, decision.reason
+        plan = self.plan if decision.remote else (Transport.RECOMPUTE,)
         prefill_reachable = True
-        for number, transport in enumerate(self.plan):
+        for number, transport in enumerate(plan):
             attempt_started = time.perf_counter()
             attempt = (
                 request
@@ -137,6 +153,7 @@ class Orchestrator:
                     )
                     continue
                 timings.prefill_s += time.perf_counter() - attempt_started
+                timings.prefill_engine = result.engine_id
                 attempt = replace(
                     attempt,
                     kv_transfer_params=result.kv_transfer_params,
@@ -167,6 +184,7 @@ class Orchestrator:
                     Attempt(transport, True, None, time.perf_counter() - attempt_started)
                 )
                 if first is not None:
+                    timings.decode_engine = first.engine_id
                     timings.decode_first_token_s = time.perf_counter() - decode_started
                     timings.kv_fetch_s = first.kv_fetch_s
                     report.kv_bytes = first.kv_bytes
@@ -183,6 +201,20 @@ class Orchestrator:
                 await stream.aclose()  # type: ignore[attr-defined]
         raise RuntimeError("every transport failed, recompute included")
 
+    @staticmethod
+    async def _first_engine(
+        chunks: AsyncIterator[TokenChunk], timings: RequestTimings
+    ) -> AsyncIterator[TokenChunk]:
+        first = True
+        try:
+            async for chunk in chunks:
+                if first:
+                    first = False
+                    timings.decode_engine = chunk.engine_id
+                yield chunk
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+
     async def _first_chunk(
         self, stream: AsyncIterator[TokenChunk], transport: Transport
     ) -> TokenChunk | None:
@@ -194,5 +226,9 @@ class Orchestrator:
 
     async def _prefill(self, request: GenerateRequest, transport: Transport) -> PrefillResult:
         assert self.prefill is not None
-        async with asyncio.timeout(self.prefill_timeout_s):
-            return await self.prefill.prefill(request, transport)
+        self.prefills_in_flight += 1
+        try:
+            async with asyncio.timeout(self.prefill_timeout_s):
+                return await self.prefill.prefill(request, transport)
+        finally:
+            self.prefills_in_flight -= 1

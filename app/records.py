@@ -44,6 +44,7 @@ class PrefillResult:
     kv_object: Any = None  # object store: ObjectRef of the KV payload
     kv_bytes: int = 0
     publish_s: float = 0.0
+    engine_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class TokenChunk:
     transfer_failed: str | None = None  # the KV could not be used; nothing was generated
     kv_bytes: int = 0  # bytes of KV this replica received for the request
     kv_fetch_s: float = 0.0  # object store: getting the payload next to the engine
+    engine_id: str = ""  # the engine that serves the request
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from typing import Any
 
 from ray import serve
 from ray.serve import Application
+from ray.serve.config import RequestRouterConfig
 from ray.serve.deployment import Deployment
 
 from app.config import AppConfig, Mode
@@ -33,12 +34,35 @@ def build_app(args: dict[str, Any] | AppConfig | None = None) -> Application:
     )
 
 
+def _router_config(**fields: Any) -> dict[str, Any]:
+    return {"request_router_config": RequestRouterConfig(**fields)}
+
+
+def _router_options(role: str, config: AppConfig) -> dict[str, Any]:
+    router = config.router
+    if role in ("prefill", "colocated") and router.prefill_policy == "prefix_affinity":
+        return _router_config(
+            request_router_class="deployments.request_routers:PrefixAffinityRouter",
+            request_router_kwargs={
+                "block_tokens": router.prefix_block_tokens,
+                "max_imbalance": router.max_imbalance,
+            },
+        )
+    if role == "decode" and router.decode_policy == "kv_capacity":
+        return _router_config(
+            request_router_class="deployments.request_routers:KVCapacityRouter",
+            request_routing_stats_period_s=1.0,
+        )
+    return {}
+
+
 def _pool(role: str, config: AppConfig) -> Application:
     pool = config.prefill if role == "prefill" else config.decode
     deployment: Deployment = serve.deployment()(LLMServer)
     return deployment.options(
         name=POOL_NAMES[role],
         **pool.to_serve_options(),
+        **_router_options(role, config),
         # Engines take a while to load; give Serve's health check room.
         health_check_period_s=10,
         health_check_timeout_s=60,

@@ -34,6 +34,8 @@ class Ingress:
             plan=transfer_plan(config.transport.kind, nixl_installed()),
             prefill_timeout_s=config.transport.prefill_timeout_s,
             transfer_timeout_s=config.transport.transfer_timeout_s,
+            local_prefill_below_tokens=config.router.local_prefill_below_tokens,
+            max_prefill_backlog=config.router.max_prefill_backlog,
             on_transfer=metrics.record,
         )
         api_key = os.environ.get("SPLITSERVE_API_KEY") or config.ingress.api_key

@@ -36,6 +36,15 @@ class LLMServer:
     def stats(self) -> EngineStats:
         return self.server.stats()
 
+    def record_routing_stats(self) -> dict[str, Any]:
+        """What the KV-capacity router ranks decode replicas by (Serve polls it)."""
+        counters = self.server.stats().counters
+        return {
+            "kv_cache_usage": counters.get("vllm:kv_cache_usage_perc", 0.0),
+            "running": counters.get("vllm:num_requests_running", 0.0),
+            "waiting": counters.get("vllm:num_requests_waiting", 0.0),
+        }
+
     async def all_blocks_free(self) -> bool:
         return await self.server.all_blocks_free()
 

@@ -58,6 +58,8 @@ class TransferReport:
     attempts: list[Attempt] = field(default_factory=list)
     kv_bytes: int = 0
     transfer_s: float = 0.0
+    remote_prefill: bool = True  # False: conditional disaggregation chose local prefill
+    decision_reason: str = ""
 
     @property
     def transport(self) -> Transport | None:

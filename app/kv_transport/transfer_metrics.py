@@ -51,6 +51,11 @@ class RayTransferMetrics:
             boundaries=_SECONDS_BUCKETS,
             tag_keys=("transport",),
         )
+        self._decisions = metrics.Counter(
+            "splitserve_disaggregation_decisions",
+            description="Per-request choice of remote prefill or local prefill on decode.",
+            tag_keys=("decision", "reason"),
+        )
         self._fallbacks = metrics.Counter(
             "splitserve_kv_fallbacks",
             description="Transfers that failed and fell back to the next transport.",
@@ -59,6 +64,13 @@ class RayTransferMetrics:
 
     def record(self, report: TransferReport) -> None:
         transport = report.transport
+        self._decisions.inc(
+            1,
+            tags={
+                "decision": "remote" if report.remote_prefill else "local",
+                "reason": report.decision_reason or "unknown",
+            },
+        )
         for attempt in report.fallbacks:
             self._fallbacks.inc(
                 1,

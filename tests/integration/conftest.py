@@ -1,7 +1,8 @@
 """One Ray cluster and two Serve apps per test session (engines are slow to start).
 
 - ``splitserve`` at ``/``: serve_configs/default.yaml (prefill core 0, decode core 1, NIXL);
-- ``colocated`` at ``/colocated``: serve_configs/colocated.yaml, the reference outputs.
+- ``colocated`` at ``/colocated``: serve_configs/colocated.yaml with 2 replicas behind the
+  prefix-affinity router, the reference outputs.
 
 Everything binds 127.0.0.1; `make test` also runs the suite in a loopback-only network
 namespace. The cluster is stopped with ``ray.shutdown()``, never ``ray stop``.
@@ -30,6 +31,10 @@ def config_args(name: str) -> dict[str, Any]:
     args: dict[str, Any] = application["args"]
     if args.get("mode", "disaggregated") == "disaggregated":
         args.setdefault("transport", {})["kv_lease_s"] = TEST_KV_LEASE_S
+    else:
+        # Two replicas behind the prefix-affinity router (tests/integration/test_routing.py);
+        # greedy outputs do not depend on the replica, so it stays the reference.
+        args["decode"]["num_replicas"] = 2
     return args
 
 

@@ -144,6 +144,28 @@ async def test_hung_transfer_times_out_into_the_next_transport():
     assert all("no first token" in a.reason for a in timings.transfer.fallbacks)
 
 
+async def test_short_prompts_are_prefilled_on_decode():
+    prefill, decode = FakePrefill(), FakeDecode()
+    orchestrator = Orchestrator(
+        Mode.DISAGGREGATED, decode, prefill, plan=CHAIN, local_prefill_below_tokens=4
+    )
+    texts, timings = await _run(orchestrator)  # a 3-token prompt
+    assert texts == ["a", "b"] and prefill.calls == []
+    assert not timings.transfer.remote_prefill
+    assert timings.transfer.decision_reason == "short_prompt"
+
+
+async def test_prefill_backlog_sends_new_requests_to_decode():
+    prefill, decode = FakePrefill(stall_s=0.2), FakeDecode()
+    orchestrator = Orchestrator(
+        Mode.DISAGGREGATED, decode, prefill, plan=CHAIN, max_prefill_backlog=1
+    )
+    (_, slow), (_, fast) = await asyncio.gather(_run(orchestrator), _run(orchestrator))
+    assert slow.transfer.decision_reason == "long_prompt"
+    assert fast.transfer.decision_reason == "prefill_backlog"
+    assert len(prefill.calls) == 1 and orchestrator.prefills_in_flight == 0
+
+
 async def test_colocated_skips_prefill():
     decode = FakeDecode()
     texts, _ = await _run(Orchestrator(Mode.COLOCATED, decode))

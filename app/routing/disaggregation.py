@@ -1,0 +1,26 @@
+"""Conditional disaggregation: should this request be prefilled remotely or on decode?
+
+Remote prefill pays a transfer and a hop; it only pays off when the prompt is long enough
+that computing it on the decode replica would stall that replica's other streams. Short
+prompts, and any prompt while the prefill pool is backed up, are prefilled locally.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Decision:
+    remote: bool
+    reason: str  # "long_prompt", "short_prompt", "prefill_backlog"
+
+
+def decide(
+    prompt_tokens: int, local_below_tokens: int, prefill_backlog: int, max_prefill_backlog: int
+) -> Decision:
+    if prompt_tokens < local_below_tokens:
+        return Decision(False, "short_prompt")
+    if prefill_backlog >= max_prefill_backlog:
+        return Decision(False, "prefill_backlog")
+    return Decision(True, "long_prompt")

@@ -1,0 +1,89 @@
+"""Prefix-affinity replica choice: requests sharing a prompt prefix go to the same replica.
+
+A prompt is cut into blocks of ``block_tokens`` tokens; block ``i``'s hash covers blocks
+``0..i`` (a chain, as vLLM's prefix cache hashes blocks), so two prompts share the first
+``k`` hashes exactly when they share the first ``k`` blocks. The policy remembers, per
+replica, the hashes of the prompts it routed there (bounded, least recently used first
+out) and prefers the replica with the longest match, unless its queue is more than
+``max_imbalance`` requests longer than the least loaded replica's: then load wins, so one
+hot prefix cannot overload a replica. A prompt nobody has seen goes to the shortest queue,
+and among equals to the replica that holds the fewest prefixes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+
+def block_hashes(token_ids: Sequence[int], block_tokens: int) -> list[int]:
+    """Chained hashes of the prompt's full blocks."""
+    hashes: list[int] = []
+    previous = 0
+    for start in range(0, len(token_ids) - block_tokens + 1, block_tokens):
+        previous = hash((previous, tuple(token_ids[start : start + block_tokens])))
+        hashes.append(previous)
+    return hashes
+
+
+class PrefixAffinity:
+    """Remembers which replica saw which prefixes and ranks replicas for a new prompt."""
+
+    def __init__(
+        self, block_tokens: int = 64, max_imbalance: int = 4, max_blocks_per_replica: int = 65536
+    ) -> None:
+        if block_tokens <= 0:
+            raise ValueError("block_tokens must be positive")
+        self.block_tokens = block_tokens
+        self.max_imbalance = max_imbalance
+        self.max_blocks = max_blocks_per_replica
+        self._seen: dict[str, OrderedDict[int, None]] = {}
+
+    def hashes(self, token_ids: Sequence[int]) -> list[int]:
+        return block_hashes(token_ids, self.block_tokens)
+
+    def matched_blocks(self, replica: str, hashes: Sequence[int]) -> int:
+        seen = self._seen.get(replica)
+        if not seen:
+            return 0
+        count = 0
+        for value in hashes:
+            if value not in seen:
+                break
+            count += 1
+        return count
+
+    def rank(
+        self, replicas: Sequence[str], queue_lens: dict[str, int], hashes: Sequence[int]
+    ) -> list[list[str]]:
+        """Replicas best first, as Serve's routers expect (a list of ranks)."""
+        if not replicas:
+            return []
+        least = min(queue_lens.get(r, 0) for r in replicas)
+        fair = [r for r in replicas if queue_lens.get(r, 0) - least <= self.max_imbalance]
+        # Longest cached prefix first; then the shorter queue; then the replica holding
+        # fewer prefixes, so new prefixes spread over the pool instead of piling onto one.
+        ordered = sorted(
+            fair,
+            key=lambda r: (
+                -self.matched_blocks(r, hashes),
+                queue_lens.get(r, 0),
+                len(self._seen.get(r, ())),
+            ),
+        )
+        overloaded = sorted(
+            (r for r in replicas if r not in fair), key=lambda r: queue_lens.get(r, 0)
+        )
+        return [[r] for r in ordered + overloaded]
+
+    def record(self, replica: str, hashes: Sequence[int]) -> None:
+        """``replica`` now holds (or will hold) these prefix blocks."""
+        seen = self._seen.setdefault(replica, OrderedDict())
+        for value in hashes:
+            seen[value] = None
+            seen.move_to_end(value)
+        while len(seen) > self.max_blocks:
+            seen.popitem(last=False)
+
+    def forget(self, replica: str) -> None:
+        self._seen.pop(replica, None)

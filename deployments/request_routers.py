@@ -1,0 +1,89 @@
+"""Ray Serve request routers for the engine pools (Serve's custom request router API).
+
+They run inside the caller's process (the ingress) and apply the pure policies of
+``app/routing``. Calls that carry no ``GenerateRequest`` (stats, health probes) get Serve's
+plain choice among all candidates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve.request_router import (
+    FIFOMixin,
+    PendingRequest,
+    ReplicaID,
+    RequestRouter,
+    RunningReplica,
+)
+
+from app.records import GenerateRequest
+from app.routing.kv_capacity import rank_by_capacity
+from app.routing.prefix_affinity import PrefixAffinity
+
+
+def _generate_request(pending: PendingRequest | None) -> GenerateRequest | None:
+    if pending is None or not pending.args:
+        return None
+    first = pending.args[0]
+    return first if isinstance(first, GenerateRequest) else None
+
+
+class _RankingRouter(FIFOMixin, RequestRouter):  # type: ignore[misc]
+    def _queue_lens(self, replicas: list[RunningReplica]) -> dict[str, int]:
+        cache = self.replica_queue_len_cache
+        return {r.replica_id.unique_id: cache.get(r.replica_id) or 0 for r in replicas}
+
+    @staticmethod
+    def _by_id(replicas: list[RunningReplica]) -> dict[str, RunningReplica]:
+        return {r.replica_id.unique_id: r for r in replicas}
+
+
+class PrefixAffinityRouter(_RankingRouter):
+    """Prefill pool: the replica that most likely caches the prompt's prefix."""
+
+    def initialize_state(self, block_tokens: int = 64, max_imbalance: int = 4, **_: Any) -> None:
+        self.policy = PrefixAffinity(block_tokens=block_tokens, max_imbalance=max_imbalance)
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        request = _generate_request(pending_request)
+        if request is None:
+            return [candidate_replicas]
+        by_id = self._by_id(candidate_replicas)
+        ranks = self.policy.rank(
+            list(by_id),
+            self._queue_lens(candidate_replicas),
+            self.policy.hashes(request.prompt_token_ids),
+        )
+        return [[by_id[r] for r in rank] for rank in ranks]
+
+    def on_request_routed(
+        self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any
+    ) -> None:
+        request = _generate_request(pending_request)
+        if request is not None:
+            self.policy.record(replica_id.unique_id, self.policy.hashes(request.prompt_token_ids))
+
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        super().on_replica_actor_died(replica_id)
+        self.policy.forget(replica_id.unique_id)
+
+
+class KVCapacityRouter(_RankingRouter):
+    """Decode pool: the replica with the most free KV cache, then the shortest queue."""
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        if _generate_request(pending_request) is None:
+            return [candidate_replicas]
+        by_id = self._by_id(candidate_replicas)
+        stats = {r.replica_id.unique_id: dict(r.routing_stats or {}) for r in candidate_replicas}
+        ranks = rank_by_capacity(list(by_id), stats, self._queue_lens(candidate_replicas))
+        return [[by_id[r] for r in rank] for rank in ranks]
