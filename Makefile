@@ -15,7 +15,7 @@ TORCH_INDEX ?=
 # Tests run in a loopback-only network namespace where possible (see the script).
 NETNS := scripts/loopback-netns
 
-.PHONY: setup run test test-unit test-integration lint format soak bench-kv
+.PHONY: setup run test test-unit test-integration lint format soak bench-kv bench-prefix
 
 setup: $(STAMP)
 
@@ -51,6 +51,10 @@ soak: setup
 # KV transport benchmark: NIXL vs Ray object store vs memcpy (docs/benchmarks.md).
 bench-kv: setup
 	$(NETNS) $(PY) -m load_tests.kv_transfer_bench
+
+# Prefix-heavy workload: prefix-affinity router vs Serve's default routing.
+bench-prefix: setup
+	$(NETNS) $(PY) -m load_tests.prefix_bench
 
 lint: setup
 	$(VENV)/bin/ruff check .

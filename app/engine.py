@@ -233,6 +233,7 @@ class EngineServer:
                     kv_bytes=nbytes,
                     publish_s=publish_s,
                     engine_id=self.engine_id,
+                    num_cached_tokens=int(final.num_cached_tokens or 0),
                 )
             if not final.kv_transfer_params:
                 raise RuntimeError(f"prefill of {request.request_id} returned no KV location")
@@ -241,6 +242,7 @@ class EngineServer:
                 num_prompt_tokens=len(request.prompt_token_ids),
                 seconds=time.perf_counter() - started,
                 engine_id=self.engine_id,
+                num_cached_tokens=int(final.num_cached_tokens or 0),
             )
         finally:
             if path is not None:

@@ -110,6 +110,7 @@ class ResponseWriter:
             "disaggregated": report.remote_prefill and bool(t.prefill_engine),
             "decision": report.decision_reason or None,
             "prefill_engine": t.prefill_engine or None,
+            "prefill_cached_tokens": t.prefill_cached_tokens,
             "decode_engine": t.decode_engine or None,
             "ttft_ms": round(t.first_token_s * 1000, 3),
             "prefill_ms": round(t.prefill_s * 1000, 3),

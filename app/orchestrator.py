@@ -56,6 +56,7 @@ class RequestTimings:
     total_s: float = 0.0
     transfer: TransferReport = field(default_factory=TransferReport)
     prefill_engine: str = ""
+    prefill_cached_tokens: int = 0
     decode_engine: str = ""
 
 
@@ -154,6 +155,7 @@ class Orchestrator:
                     continue
                 timings.prefill_s += time.perf_counter() - attempt_started
                 timings.prefill_engine = result.engine_id
+                timings.prefill_cached_tokens = result.num_cached_tokens
                 attempt = replace(
                     attempt,
                     kv_transfer_params=result.kv_transfer_params,

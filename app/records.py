@@ -45,6 +45,7 @@ class PrefillResult:
     kv_bytes: int = 0
     publish_s: float = 0.0
     engine_id: str = ""
+    num_cached_tokens: int = 0  # prompt tokens the prefill engine found in its prefix cache
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,17 @@ def config_args(path: str | Path) -> dict[str, Any]:
     return args
 
 
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` applied recursively (dicts merge, other values replace)."""
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -28,8 +39,15 @@ def _free_port() -> int:
 class LocalApp:
     """A Ray cluster + one Serve app; use as a context manager."""
 
-    def __init__(self, config_path: str | Path, num_cpus: int = 2, name: str = "splitserve"):
+    def __init__(
+        self,
+        config_path: str | Path,
+        num_cpus: int = 2,
+        name: str = "splitserve",
+        overrides: dict[str, Any] | None = None,
+    ):
         self.config_path = Path(config_path)
+        self.overrides = overrides or {}
         self.num_cpus = num_cpus
         self.name = name
         self.url = ""
@@ -43,7 +61,8 @@ class LocalApp:
         ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
         port = _free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app(config_args(self.config_path)), name=self.name, route_prefix="/")
+        args = merge(config_args(self.config_path), self.overrides)
+        serve.run(build_app(args), name=self.name, route_prefix="/")
         self.url = f"http://127.0.0.1:{port}"
         return self
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -20,13 +21,13 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def summarize(values: Sequence[float]) -> dict[str, float]:
-    """p50 / p95 / p99 and the count, in the units given."""
+def summarize(values: Sequence[float], scale: float = 1.0) -> dict[str, float]:
+    """p50 / p95 / p99 (multiplied by ``scale``, e.g. 1000 for ms) and the count."""
     return {
         "n": float(len(values)),
-        "p50": percentile(values, 50),
-        "p95": percentile(values, 95),
-        "p99": percentile(values, 99),
+        "p50": percentile(values, 50) * scale,
+        "p95": percentile(values, 95) * scale,
+        "p99": percentile(values, 99) * scale,
     }
 
 
@@ -41,6 +42,7 @@ class StreamTiming:
     ttft: float
     end: float
     output_tokens: int
+    server: dict[str, Any] | None = None  # the response's `splitserve` field, if any
 
     @property
     def tpot(self) -> float:

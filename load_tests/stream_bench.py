@@ -41,6 +41,7 @@ async def one_request(
     started = time.perf_counter()
     ttft = None
     tokens = 0
+    server = None
     async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
         if response.status_code != 200:
             raise RuntimeError(f"HTTP {response.status_code}: {await response.aread()!r}")
@@ -52,10 +53,13 @@ async def one_request(
                 raise RuntimeError(event["error"]["message"])
             if event.get("usage"):
                 tokens = int(event["usage"]["completion_tokens"])
+                server = event.get("splitserve")
             elif ttft is None and any(c.get("text") for c in event["choices"]):
                 ttft = time.perf_counter() - started
     end = time.perf_counter() - started
-    return StreamTiming(ttft=ttft if ttft is not None else end, end=end, output_tokens=tokens)
+    return StreamTiming(
+        ttft=ttft if ttft is not None else end, end=end, output_tokens=tokens, server=server
+    )
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -104,9 +108,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "failures": failures[:5],
         "wall_s": wall,
         "output_tok_per_s": output_tokens / wall if wall > 0 else 0.0,
-        "ttft_ms": {k: v * 1000 for k, v in summarize([t.ttft for t in timings]).items()},
-        "tpot_ms": {k: v * 1000 for k, v in summarize([t.tpot for t in timings]).items()},
-        "e2e_ms": {k: v * 1000 for k, v in summarize([t.end for t in timings]).items()},
+        "ttft_ms": summarize([t.ttft for t in timings], 1000),
+        "tpot_ms": summarize([t.tpot for t in timings], 1000),
+        "e2e_ms": summarize([t.end for t in timings], 1000),
     }
 
 
