@@ -33,14 +33,18 @@ $(STAMP): pyproject.toml Makefile
 run: setup
 	$(VENV)/bin/serve run $(CONFIG)
 
+# The autoscaling test needs its own Ray cluster (memory for a third engine), so it runs
+# as a separate pytest session, first; the main suite's summary is the last line.
 test: setup
-	$(NETNS) $(PY) -m pytest -q -ra tests
+	$(NETNS) $(PY) -m pytest -q -ra tests/autoscaling
+	$(NETNS) $(PY) -m pytest -q -ra --ignore=tests/autoscaling tests
 
 test-unit: setup
 	$(PY) -m pytest -q -m "not integration" tests
 
 test-integration: setup
-	$(NETNS) $(PY) -m pytest -q -ra -m integration tests
+	$(NETNS) $(PY) -m pytest -q -ra tests/autoscaling
+	$(NETNS) $(PY) -m pytest -q -ra -m integration --ignore=tests/autoscaling tests
 
 # Not part of CI: N concurrent streams for M minutes with random disconnects.
 SOAK_STREAMS ?= 8

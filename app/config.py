@@ -108,7 +108,6 @@ class AutoscalingConfig(_Strict):
     target_ongoing_requests: float = Field(2.0, gt=0)
     upscale_delay_s: float = Field(30.0, ge=0)
     downscale_delay_s: float = Field(600.0, ge=0)
-    metrics_interval_s: float = Field(10.0, gt=0)
     look_back_period_s: float = Field(30.0, gt=0)
 
     @model_validator(mode="after")
