@@ -1,5 +1,5 @@
-"""Each pool scales on its own: a prefill-heavy load grows prefill, not decode, and
-prefill shrinks back when the load stops.
+"""Each pool scales on its own: a prefill-heavy load grows prefill, not decode; a
+decode-heavy load grows decode, not prefill; each shrinks back when its load stops.
 
 Runs in its own pytest session (its own Ray cluster, `make test` runs it after the main
 suite): the apps of tests/integration would not leave memory for a third engine.
@@ -36,11 +36,12 @@ OVERRIDES: dict[str, Any] = {
     },
     "decode": {
         "num_replicas": None,
-        # Each request spends one short step on decode: its queue stays below this.
-        "autoscaling_config": {**FAST_SCALING, "target_ongoing_requests": 16},
+        # Prefill-heavy requests spend one short step on decode: its queue stays below this.
+        "autoscaling_config": {**FAST_SCALING, "target_ongoing_requests": 6},
         "ray_actor_options": {"num_cpus": 0.5},
     },
-    "router": {"local_prefill_below_tokens": 0},
+    # Short prompts (the decode-heavy load) are prefilled on decode; long ones remotely.
+    "router": {"local_prefill_below_tokens": 64},
 }
 
 
@@ -49,8 +50,10 @@ def running(deployment: str) -> int:
     return int(states.get("RUNNING", 0))
 
 
-async def prefill_heavy_load(url: str, stop: asyncio.Event, clients: int = 8) -> int:
-    """Long prompts, one output token each, until ``stop``; returns requests served."""
+async def load(
+    url: str, stop: asyncio.Event, clients: int, prompt_len: int, max_tokens: int
+) -> int:
+    """Closed-loop clients until ``stop``; returns requests served."""
     served = 0
 
     async def client(seed: int) -> None:
@@ -58,8 +61,13 @@ async def prefill_heavy_load(url: str, stop: asyncio.Event, clients: int = 8) ->
         rng = random.Random(seed)
         async with httpx.AsyncClient(timeout=120) as http:
             while not stop.is_set():
-                prompt = [rng.randrange(3, 1000) for _ in range(900)]
-                body = {"prompt": prompt, "max_tokens": 1, "temperature": 0}
+                prompt = [rng.randrange(3, 1000) for _ in range(prompt_len)]
+                body = {
+                    "prompt": prompt,
+                    "max_tokens": max_tokens,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                }
                 response = await http.post(f"{url}/v1/completions", json=body)
                 assert response.status_code == 200, response.text
                 served += 1
@@ -68,26 +76,36 @@ async def prefill_heavy_load(url: str, stop: asyncio.Event, clients: int = 8) ->
     return served
 
 
-async def test_prefill_heavy_load_scales_prefill_only():
+async def scale_under(
+    url: str, busy: str, idle: str, clients: int, prompt_len: int, max_tokens: int
+) -> None:
+    """Load that piles up on ``busy``: it must grow to 2 replicas, ``idle`` must stay at
+    1, and ``busy`` must shrink back to 1 once the load stops."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(load(url, stop, clients, prompt_len, max_tokens))
+    idle_peak = 1
+    deadline = time.monotonic() + 180
+    while running(busy) < 2 and time.monotonic() < deadline and not task.done():
+        idle_peak = max(idle_peak, running(idle))
+        await asyncio.sleep(1)
+    busy_peak = running(busy)
+    idle_peak = max(idle_peak, running(idle))
+    stop.set()
+    assert await task > 0
+    assert busy_peak == 2, f"{busy} should scale up under this load"
+    assert idle_peak == 1, f"{idle} should not scale: its queue stayed short"
+
+    deadline = time.monotonic() + 120
+    while running(busy) > 1 and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(1)
+    assert running(busy) == 1, f"{busy} should shrink back when the load stops"
+    assert running(idle) == 1
+
+
+async def test_each_pool_scales_on_its_own_load():
     with LocalApp("serve_configs/default.yaml", num_cpus=2, overrides=OVERRIDES) as app:
         assert (running("Prefill"), running("Decode")) == (1, 1)
-        stop = asyncio.Event()
-        load = asyncio.create_task(prefill_heavy_load(app.url, stop))
-        decode_peak = 1
-        deadline = time.monotonic() + 180
-        while running("Prefill") < 2 and time.monotonic() < deadline and not load.done():
-            decode_peak = max(decode_peak, running("Decode"))
-            await asyncio.sleep(1)
-        prefill_peak = running("Prefill")
-        decode_peak = max(decode_peak, running("Decode"))
-        stop.set()
-        served = await load
-        assert served > 0
-        assert prefill_peak == 2, "prefill should scale up under long prompts"
-        assert decode_peak == 1, "decode should not scale: its queue stayed short"
-
-        deadline = time.monotonic() + 120
-        while running("Prefill") > 1 and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(1)
-        assert running("Prefill") == 1, "prefill should shrink back when the load stops"
-        assert running("Decode") == 1
+        # Long prompts, one output token: the work is prefill.
+        await scale_under(app.url, "Prefill", "Decode", clients=8, prompt_len=900, max_tokens=1)
+        # Short prompts (prefilled on decode), long outputs: the work is decode.
+        await scale_under(app.url, "Decode", "Prefill", clients=16, prompt_len=20, max_tokens=200)
