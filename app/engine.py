@@ -28,13 +28,8 @@ from typing import Any, Literal
 from app.config import AppConfig, PoolConfig
 from app.kv_transport import object_store
 from app.kv_transport.fallback import Transport, engine_transports, nixl_installed
+from app.kv_transport.payload import LOAD_PATH, NUM_TOKENS, SAVE_PATH
 from app.records import EngineStats, GenerateRequest, PrefillResult, Role, TokenChunk
-
-# Keys of the object-store connector's kv_transfer_params (kept in sync with
-# app.kv_transport.object_store_connector, which imports vLLM and torch).
-SAVE_PATH = "splitserve_save_path"
-LOAD_PATH = "splitserve_load_path"
-NUM_TOKENS = "splitserve_num_tokens"
 
 # Counters and gauges copied out of vLLM's Prometheus registry by `stats()`.
 _STAT_PREFIXES = (

@@ -12,7 +12,7 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -45,11 +45,13 @@ class OpenAIServer:
         orchestrator: Orchestrator,
         config: IngressConfig,
         api_key: str | None = None,
+        on_complete: Callable[[RequestTimings], None] | None = None,
     ) -> None:
         self.parser = parser
         self.orchestrator = orchestrator
         self.config = config
         self.api_key = api_key
+        self.on_complete = on_complete
 
     def asgi_app(self) -> Starlette:
         routes = [
@@ -126,15 +128,25 @@ class OpenAIServer:
             self.orchestrator.run(generate, timings), deadline, parsed.request_id
         )
         if parsed.stream:
-            return await self._stream(chunks, writer)
+            return await self._stream(chunks, writer, timings)
         try:
             async for chunk in chunks:
                 writer.add(chunk)
         except APIError as error:
             return error_response(error)
+        self._completed(timings)
         return JSONResponse(writer.full_response())
 
-    async def _stream(self, chunks: AsyncIterator[TokenChunk], writer: ResponseWriter) -> Response:
+    def _completed(self, timings: RequestTimings) -> None:
+        if self.on_complete is not None:
+            try:
+                self.on_complete(timings)
+            except Exception:  # metrics must never fail a request
+                logger.exception("recording request metrics failed")
+
+    async def _stream(
+        self, chunks: AsyncIterator[TokenChunk], writer: ResponseWriter, timings: RequestTimings
+    ) -> Response:
         # Wait for the first chunk before answering, so a failure before any token
         # (a bad prefill, a dead pool) is a plain HTTP error, not a broken stream.
         try:
@@ -150,6 +162,7 @@ class OpenAIServer:
                     yield writer.stream_events(first)
                 async for chunk in chunks:
                     yield writer.stream_events(chunk)
+                self._completed(timings)
             except APIError as error:
                 yield stream_error(error)
             finally:

@@ -58,6 +58,7 @@ class RequestTimings:
     prefill_engine: str = ""
     prefill_cached_tokens: int = 0
     decode_engine: str = ""
+    token_gaps_s: list[float] = field(default_factory=list)  # between token chunks (ITL)
 
 
 def _describe(exc: BaseException) -> str:
@@ -106,12 +107,15 @@ class Orchestrator:
             chunks = self._first_engine(self.decode.generate(request), timings)
         else:
             chunks = self._disaggregated(request, timings, started)
-        first = True
+        last = 0.0
         try:
             async for chunk in chunks:
-                if first:
-                    first = False
-                    timings.first_token_s = time.perf_counter() - started
+                now = time.perf_counter() - started
+                if not last:
+                    timings.first_token_s = now
+                elif chunk.token_ids:
+                    timings.token_gaps_s.append(now - last)
+                last = now
                 yield chunk
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]

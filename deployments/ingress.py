@@ -14,6 +14,7 @@ from app.kv_transport.transfer_metrics import RayTransferMetrics
 from app.model_source import resolve_model
 from app.openai_requests import RequestParser
 from app.orchestrator import Orchestrator
+from app.request_metrics import RayRequestMetrics
 from deployments.pool_client import ServePoolClient
 
 
@@ -39,7 +40,9 @@ class Ingress:
             on_transfer=metrics.record,
         )
         api_key = os.environ.get("SPLITSERVE_API_KEY") or config.ingress.api_key
-        self._server = OpenAIServer(parser, orchestrator, config.ingress, api_key)
+        self._server = OpenAIServer(
+            parser, orchestrator, config.ingress, api_key, on_complete=RayRequestMetrics().record
+        )
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._server.asgi_app()

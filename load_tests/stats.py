@@ -43,6 +43,7 @@ class StreamTiming:
     end: float
     output_tokens: int
     server: dict[str, Any] | None = None  # the response's `splitserve` field, if any
+    chunk_gaps: tuple[float, ...] = ()  # seconds between successive content events (ITL)
 
     @property
     def tpot(self) -> float:

@@ -42,6 +42,8 @@ async def one_request(
     ttft = None
     tokens = 0
     server = None
+    last = 0.0
+    gaps: list[float] = []
     async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
         if response.status_code != 200:
             raise RuntimeError(f"HTTP {response.status_code}: {await response.aread()!r}")
@@ -54,11 +56,20 @@ async def one_request(
             if event.get("usage"):
                 tokens = int(event["usage"]["completion_tokens"])
                 server = event.get("splitserve")
-            elif ttft is None and any(c.get("text") for c in event["choices"]):
-                ttft = time.perf_counter() - started
+            elif any(c.get("text") for c in event["choices"]):
+                now = time.perf_counter() - started
+                if ttft is None:
+                    ttft = now
+                else:
+                    gaps.append(now - last)
+                last = now
     end = time.perf_counter() - started
     return StreamTiming(
-        ttft=ttft if ttft is not None else end, end=end, output_tokens=tokens, server=server
+        ttft=ttft if ttft is not None else end,
+        end=end,
+        output_tokens=tokens,
+        server=server,
+        chunk_gaps=tuple(gaps),
     )
 
 

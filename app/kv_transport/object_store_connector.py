@@ -48,6 +48,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from app.kv_transport.payload import (
+    LOAD_PATH,
+    NUM_TOKENS,
+    SAVE_PATH,
     VERSION,
     LayerSlab,
     PayloadError,
@@ -65,10 +68,6 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 logger = logging.getLogger("splitserve.kv")
-
-SAVE_PATH = "splitserve_save_path"
-LOAD_PATH = "splitserve_load_path"
-NUM_TOKENS = "splitserve_num_tokens"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,11 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+# The kv_transfer_params keys of the object-store transport (set by splitserve only).
+SAVE_PATH = "splitserve_save_path"  # prefill: write the prompt's KV payload here
+LOAD_PATH = "splitserve_load_path"  # decode: load the prompt's KV from this payload
+NUM_TOKENS = "splitserve_num_tokens"  # decode: prompt tokens the payload covers
+
 MAGIC = b"SSKV"
 VERSION = 1
 _PREFIX = struct.Struct("<4sII")

@@ -9,7 +9,7 @@ from starlette.testclient import TestClient
 from app.config import IngressConfig, Mode
 from app.http_api import OpenAIServer
 from app.openai_requests import RequestParser
-from app.orchestrator import Orchestrator, PoolClient
+from app.orchestrator import Orchestrator, PoolClient, RequestTimings
 from app.records import PrefillResult, TokenChunk
 
 
@@ -156,6 +156,21 @@ def test_pool_failure_is_a_short_500(tokenizer):
     r = client.post("/v1/completions", json={"prompt": "hi"})
     assert r.status_code == 500
     assert r.json()["error"]["message"].endswith("RuntimeError: engine exploded")
+
+
+def test_completed_requests_are_reported_with_their_timings(tokenizer):
+    done: list[RequestTimings] = []
+    parser = RequestParser(tokenizer, "tiny-llama", max_model_len=64)
+    orchestrator = Orchestrator(Mode.COLOCATED, FakePool())
+    server = OpenAIServer(parser, orchestrator, IngressConfig(), on_complete=done.append)
+    client = TestClient(server.asgi_app())
+    client.post("/v1/completions", json={"prompt": "hi"})
+    client.post("/v1/completions", json={"prompt": "hi", "stream": True})
+    client.post("/v1/completions", json={"prompt": ""})  # refused: not a completed request
+    assert len(done) == 2
+    for timings in done:
+        assert 0 < timings.first_token_s <= timings.total_s
+        assert len(timings.token_gaps_s) == 2  # three chunks of one token each
 
 
 def test_api_key_guards_the_api_but_not_health(tokenizer):

@@ -1,0 +1,77 @@
+"""SLO attainment and goodput, as DistServe defines them.
+
+A request meets the SLO when its TTFT and its TPOT are both within bounds. Goodput is the
+highest request rate at which at least ``target`` (90%) of requests meet the SLO; it is
+found by sweeping rates upward until attainment drops below the target, then bisecting
+between the last rate that met it and the first that did not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from load_tests.stats import StreamTiming
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_s: float
+    tpot_s: float
+
+    def met_by(self, timing: StreamTiming) -> bool:
+        tpot = timing.tpot
+        return timing.ttft <= self.ttft_s and (math.isnan(tpot) or tpot <= self.tpot_s)
+
+
+def attainment(timings: Sequence[StreamTiming], slo: SLO, failed: int = 0) -> float:
+    """Share of requests (failed ones count as misses) that met the SLO."""
+    total = len(timings) + failed
+    if total == 0:
+        return 0.0
+    return sum(1 for t in timings if slo.met_by(t)) / total
+
+
+@dataclass
+class GoodputSearch:
+    """The rates tried and the attainment measured at each, in the order tried."""
+
+    tried: list[tuple[float, float]] = field(default_factory=list)
+    goodput: float = 0.0
+
+
+def find_goodput(
+    measure: Callable[[float], float],
+    start_rate: float,
+    target: float = 0.9,
+    growth: float = 2.0,
+    max_rate: float = 1e6,
+    bisections: int = 4,
+) -> GoodputSearch:
+    """Highest rate with ``measure(rate) >= target``: sweep up by ``growth``, then bisect."""
+    if start_rate <= 0 or growth <= 1:
+        raise ValueError("start_rate must be > 0 and growth > 1")
+    search = GoodputSearch()
+
+    def ok(rate: float) -> bool:
+        value = measure(rate)
+        search.tried.append((rate, value))
+        return value >= target
+
+    low, high = 0.0, start_rate
+    while high <= max_rate and ok(high):
+        low, high = high, high * growth
+    if high > max_rate:
+        search.goodput = low
+        return search
+    for _ in range(bisections):
+        middle = (low + high) / 2
+        if middle <= 0:
+            break
+        if ok(middle):
+            low = middle
+        else:
+            high = middle
+    search.goodput = low
+    return search

@@ -1,0 +1,56 @@
+import math
+
+import pytest
+
+from load_tests.slo import SLO, attainment, find_goodput
+from load_tests.stats import StreamTiming
+
+SLO_ = SLO(ttft_s=0.2, tpot_s=0.05)
+
+
+def _t(ttft, tpot, tokens=11):
+    return StreamTiming(ttft=ttft, end=ttft + tpot * (tokens - 1), output_tokens=tokens)
+
+
+def test_a_request_must_meet_both_bounds():
+    assert SLO_.met_by(_t(0.1, 0.04))
+    assert not SLO_.met_by(_t(0.3, 0.04))
+    assert not SLO_.met_by(_t(0.1, 0.06))
+    assert SLO_.met_by(_t(0.1, 0.0, tokens=1))  # one token: no TPOT to miss
+
+
+def test_attainment_counts_failures_as_misses():
+    timings = [_t(0.1, 0.01)] * 8 + [_t(0.5, 0.01)] * 2
+    assert attainment(timings, SLO_) == pytest.approx(0.8)
+    assert attainment(timings, SLO_, failed=10) == pytest.approx(0.4)
+    assert attainment([], SLO_) == 0.0
+
+
+def _capacity_model(capacity):
+    """Attainment of a server that meets the SLO for everything below ``capacity`` req/s."""
+    return lambda rate: 1.0 if rate <= capacity else capacity / rate * 0.8
+
+
+@pytest.mark.parametrize("capacity", [0.7, 3.0, 5.5, 12.0])
+def test_goodput_bisection_finds_the_knee(capacity):
+    search = find_goodput(_capacity_model(capacity), start_rate=1.0, bisections=8)
+    assert capacity * 0.97 <= search.goodput <= capacity
+    rates = [r for r, _ in search.tried]
+    assert rates[0] == 1.0 and len(rates) <= 5 + 8  # the sweep, then 8 bisections
+
+
+def test_goodput_is_zero_when_even_the_first_rate_fails():
+    search = find_goodput(lambda rate: 0.5, start_rate=1.0, bisections=3)
+    assert search.goodput == 0.0
+    assert [r for r, _ in search.tried] == [1.0, 0.5, 0.25, 0.125]
+
+
+def test_goodput_stops_at_max_rate():
+    search = find_goodput(lambda rate: 1.0, start_rate=1.0, max_rate=16)
+    assert search.goodput == 16
+
+
+def test_bad_search_parameters_are_refused():
+    with pytest.raises(ValueError):
+        find_goodput(lambda rate: 1.0, start_rate=0)
+    assert math.isnan(StreamTiming(0.1, 0.1, 1).tpot)
