@@ -15,7 +15,7 @@ TORCH_INDEX ?=
 # Tests run in a loopback-only network namespace where possible (see the script).
 NETNS := scripts/loopback-netns
 
-.PHONY: setup run test test-unit test-integration lint format soak bench-kv bench-prefix
+.PHONY: setup run test test-unit test-integration lint format soak bench-kv bench-prefix bench-compare
 
 setup: $(STAMP)
 
@@ -59,6 +59,10 @@ bench-kv: setup
 # Prefix-heavy workload: prefix-affinity router vs Serve's default routing.
 bench-prefix: setup
 	$(NETNS) $(PY) -m load_tests.prefix_bench
+
+# splitserve disaggregated vs colocated vs vLLM's own server, same workloads.
+bench-compare: setup
+	$(NETNS) $(PY) -m load_tests.compare
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -44,6 +44,7 @@ class StreamTiming:
     output_tokens: int
     server: dict[str, Any] | None = None  # the response's `splitserve` field, if any
     chunk_gaps: tuple[float, ...] = ()  # seconds between successive content events (ITL)
+    prompt_tokens: int = 0
 
     @property
     def tpot(self) -> float:

@@ -70,6 +70,7 @@ async def one_request(
         output_tokens=tokens,
         server=server,
         chunk_gaps=tuple(gaps),
+        prompt_tokens=len(prompt),
     )
 
 
