@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from app.config import IngressConfig
-from app.errors import APIError, bad_request, server_error
+from app.errors import APIError, bad_request, describe_failure, server_error
 from app.openai_requests import ParsedRequest, RequestParser
 from app.openai_responses import ResponseWriter, stream_error
 from app.orchestrator import Orchestrator, RequestTimings
@@ -195,7 +195,7 @@ class OpenAIServer:
             raise
         except Exception as exc:
             logger.exception("request %s failed", request_id)
-            raise server_error(f"request {request_id} failed: {_describe(exc)}") from exc
+            raise server_error(f"request {request_id} failed: {describe_failure(exc)}") from exc
         finally:
             await iterator.aclose()  # type: ignore[attr-defined]
 
@@ -223,16 +223,6 @@ class OpenAIServer:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise bad_request(f"request body is not valid JSON: {exc}") from exc
-
-
-def _describe(exc: BaseException) -> str:
-    """A one-line reason for a failure, without a remote traceback."""
-    cause = getattr(exc, "cause", None) or exc  # Ray wraps remote errors in RayTaskError
-    name = type(cause).__name__
-    first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
-    if "Traceback" in first_line or "ray::" in first_line:
-        first_line = ""
-    return f"{name}: {first_line}" if first_line else name
 
 
 def _too_large(limit: int) -> APIError:

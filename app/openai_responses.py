@@ -107,7 +107,7 @@ class ResponseWriter:
         report = t.transfer
         transport = report.transport
         return {
-            "disaggregated": report.remote_prefill and bool(t.prefill_engine),
+            "disaggregated": t.disaggregated,
             "decision": report.decision_reason or None,
             "prefill_engine": t.prefill_engine or None,
             "prefill_cached_tokens": t.prefill_cached_tokens,

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
 from app.config import Mode
+from app.errors import describe_failure
 from app.kv_transport.fallback import Attempt, TransferReport, Transport
 from app.records import GenerateRequest, PrefillResult, TokenChunk
 from app.routing.disaggregation import decide
@@ -60,11 +61,10 @@ class RequestTimings:
     decode_engine: str = ""
     token_gaps_s: list[float] = field(default_factory=list)  # between token chunks (ITL)
 
-
-def _describe(exc: BaseException) -> str:
-    cause = getattr(exc, "cause", None) or exc  # Ray wraps remote errors
-    text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
-    return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
+    @property
+    def disaggregated(self) -> bool:
+        """Whether a remote prefill served the request (not a local prefill on decode)."""
+        return self.transfer.remote_prefill and bool(self.prefill_engine)
 
 
 class Orchestrator:
@@ -152,7 +152,7 @@ class Orchestrator:
                         Attempt(
                             transport,
                             False,
-                            f"prefill failed: {_describe(exc)}",
+                            f"prefill failed: {describe_failure(exc)}",
                             time.perf_counter() - attempt_started,
                         )
                     )

@@ -36,9 +36,8 @@ class RayRequestMetrics:
         self._e2e = histogram("splitserve_e2e_seconds", "Server-side request duration.")
 
     def record(self, timings: RequestTimings) -> None:
-        disaggregated = timings.transfer.remote_prefill and bool(timings.prefill_engine)
-        tags = {"path": "disaggregated" if disaggregated else "local"}
-        if disaggregated:
+        tags = {"path": "disaggregated" if timings.disaggregated else "local"}
+        if timings.disaggregated:
             self._prefill.observe(timings.prefill_s, tags=tags)
         if timings.decode_first_token_s:
             self._decode_first.observe(timings.decode_first_token_s, tags=tags)

@@ -6,11 +6,12 @@ For benchmarks and soak runs that need both HTTP traffic and the replicas' handl
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from app.engine import free_port
 
 
 def config_args(path: str | Path) -> dict[str, Any]:
@@ -28,12 +29,6 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class LocalApp:
@@ -59,7 +54,7 @@ class LocalApp:
         from deployments.builder import build_app
 
         ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
-        port = _free_port()
+        port = free_port("127.0.0.1")
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         args = merge(config_args(self.config_path), self.overrides)
         serve.run(build_app(args), name=self.name, route_prefix="/")

@@ -1,6 +1,6 @@
 """One Ray cluster and two Serve apps per test session (engines are slow to start).
 
-- ``splitserve`` at ``/``: serve_configs/default.yaml (prefill core 0, decode core 1, NIXL);
+- ``splitserve`` at ``/``: serve_configs/default.yaml (prefill core 0, decode core 1, transport auto);
 - ``colocated`` at ``/colocated``: serve_configs/colocated.yaml with 2 replicas behind the
   prefix-affinity router, the reference outputs.
 
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from app.engine import free_port
+from load_tests.local_app import config_args as load_args
 
 CONFIGS = Path(__file__).parents[2] / "serve_configs"
 
@@ -27,8 +27,7 @@ TEST_KV_LEASE_S = 8
 
 
 def config_args(name: str) -> dict[str, Any]:
-    (application,) = yaml.safe_load((CONFIGS / name).read_text())["applications"]
-    args: dict[str, Any] = application["args"]
+    args = load_args(CONFIGS / name)
     if args.get("mode", "disaggregated") == "disaggregated":
         args.setdefault("transport", {})["kv_lease_s"] = TEST_KV_LEASE_S
     else:
