@@ -1,6 +1,6 @@
 """One Ray cluster and two Serve apps per test session (engines are slow to start).
 
-- ``splitserve`` at ``/``: serve_configs/default.yaml (prefill core 0, decode core 1, transport auto);
+- ``splitserve`` at ``/``: serve_configs/default.yaml (prefill core 0, decode core 1);
 - ``colocated`` at ``/colocated``: serve_configs/colocated.yaml with 2 replicas behind the
   prefix-affinity router, the reference outputs.
 
