@@ -104,7 +104,7 @@ class Orchestrator:
         timings = timings or RequestTimings()
         started = time.perf_counter()
         if self.mode is Mode.COLOCATED:
-            chunks = self._first_engine(self.decode.generate(request), timings)
+            chunks = self.decode.generate(request)
         else:
             chunks = self._disaggregated(request, timings, started)
         last = 0.0
@@ -113,6 +113,7 @@ class Orchestrator:
                 now = time.perf_counter() - started
                 if not last:
                     timings.first_token_s = now
+                    timings.decode_engine = chunk.engine_id
                 elif chunk.token_ids:
                     timings.token_gaps_s.append(now - last)
                 last = now
@@ -190,7 +191,6 @@ class Orchestrator:
                     Attempt(transport, True, None, time.perf_counter() - attempt_started)
                 )
                 if first is not None:
-                    timings.decode_engine = first.engine_id
                     timings.decode_first_token_s = time.perf_counter() - decode_started
                     timings.kv_fetch_s = first.kv_fetch_s
                     report.kv_bytes = first.kv_bytes
@@ -206,20 +206,6 @@ class Orchestrator:
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
         raise RuntimeError("every transport failed, recompute included")
-
-    @staticmethod
-    async def _first_engine(
-        chunks: AsyncIterator[TokenChunk], timings: RequestTimings
-    ) -> AsyncIterator[TokenChunk]:
-        first = True
-        try:
-            async for chunk in chunks:
-                if first:
-                    first = False
-                    timings.decode_engine = chunk.engine_id
-                yield chunk
-        finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
 
     async def _first_chunk(
         self, stream: AsyncIterator[TokenChunk], transport: Transport

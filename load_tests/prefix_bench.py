@@ -23,7 +23,7 @@ import httpx
 
 from load_tests.local_app import LocalApp
 from load_tests.stats import StreamTiming, summarize
-from load_tests.stream_bench import one_request
+from load_tests.stream_bench import closed_loop, one_request
 
 POLICIES = ("prefix_affinity", "serve_default")
 
@@ -41,21 +41,17 @@ def workload(systems: int, questions: int, system_len: int, seed: int) -> list[l
 
 
 async def drive(url: str, prompts: list[list[int]], concurrency: int) -> list[StreamTiming]:
-    queue: asyncio.Queue[list[int]] = asyncio.Queue()
-    for prompt in prompts:
-        queue.put_nowait(prompt)
-    results: list[StreamTiming] = []
     async with httpx.AsyncClient(timeout=300) as client:
         # Warm every replica up (NIXL handshakes, first-step costs) on unrelated prompts.
         rng = random.Random(-1)
         for _ in range(4):
             await one_request(client, url, None, [rng.randrange(3, 1000) for _ in range(200)], 2)
 
-        async def worker() -> None:
-            while not queue.empty():
-                results.append(await one_request(client, url, None, queue.get_nowait(), 8))
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        results, failures = await closed_loop(
+            client, url, None, [(p, 8) for p in prompts], concurrency
+        )
+    if failures:
+        raise RuntimeError(f"{len(failures)} requests failed, first: {failures[0]}")
     return results
 
 

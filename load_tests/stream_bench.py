@@ -74,33 +74,44 @@ async def one_request(
     )
 
 
+async def closed_loop(
+    client: httpx.AsyncClient,
+    url: str,
+    model: str | None,
+    requests: list[tuple[list[int], int]],
+    concurrency: int,
+) -> tuple[list[StreamTiming], list[str]]:
+    """Serve ``requests`` (prompt, max_tokens) with ``concurrency`` clients in a closed loop."""
+    queue: asyncio.Queue[tuple[list[int], int]] = asyncio.Queue()
+    for request in requests:
+        queue.put_nowait(request)
+    timings: list[StreamTiming] = []
+    failures: list[str] = []
+
+    async def worker() -> None:
+        while not queue.empty():
+            prompt, max_tokens = queue.get_nowait()
+            try:
+                timings.append(await one_request(client, url, model, prompt, max_tokens))
+            except (RuntimeError, httpx.HTTPError) as exc:
+                failures.append(str(exc))
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return timings, failures
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     prompts = [
         [rng.randrange(3, 1000) for _ in range(args.input_len)] for _ in range(args.requests)
     ]
-    queue: asyncio.Queue[list[int]] = asyncio.Queue()
-    for prompt in prompts:
-        queue.put_nowait(prompt)
-    timings: list[StreamTiming] = []
-    failures: list[str] = []
-
     async with httpx.AsyncClient(timeout=args.timeout) as client:
         # One warm-up request so first-request costs (handshakes) are not measured.
         await one_request(client, args.url, args.model, prompts[0], 4)
-
-        async def worker() -> None:
-            while not queue.empty():
-                prompt = queue.get_nowait()
-                try:
-                    timings.append(
-                        await one_request(client, args.url, args.model, prompt, args.output_len)
-                    )
-                except (RuntimeError, httpx.HTTPError) as exc:
-                    failures.append(str(exc))
-
         started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+        timings, failures = await closed_loop(
+            client, args.url, args.model, [(p, args.output_len) for p in prompts], args.concurrency
+        )
         wall = time.perf_counter() - started
 
     output_tokens = sum(t.output_tokens for t in timings)
