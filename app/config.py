@@ -35,7 +35,7 @@ class ModelConfig(_Strict):
         None,
         description="Name clients put in `model`; defaults to the builtin name or `source`.",
     )
-    max_model_len: int = Field(1024, gt=0, description="Longest prompt + output, in tokens.")
+    max_model_len: int = Field(2048, gt=0, description="Longest prompt + output, in tokens.")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         "auto", description="Weight and activation dtype (vLLM `dtype`)."
     )
@@ -96,6 +96,13 @@ class TransportConfig(_Strict):
         ge=6,
         description="Lease on the KV blocks prefill holds for decode: freed when decode "
         "confirms the pull, or when the lease runs out (decode renews it while it waits).",
+    )
+    nixl_progress_thread: bool = Field(
+        False,
+        description="Run NIXL's progress thread. It polls without pause and keeps one core "
+        "busy per engine even when idle; vLLM's connector drives transfers on each engine "
+        "step without it. Turn it on only for a UCX transport whose target side must "
+        "progress (e.g. TCP-only links) if transfers stall there.",
     )
 
 
@@ -167,6 +174,14 @@ class PoolConfig(DeploymentOptions):
         description="CPU hosts: cores the engine's OpenMP threads bind to "
         "(VLLM_CPU_OMP_THREADS_BIND), e.g. `0`, `1`, `0-3`; None lets vLLM choose.",
         pattern=r"^(all|nobind|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)$",
+    )
+    stream_interval_ms: float = Field(
+        10.0,
+        ge=0,
+        le=1000,
+        description="Decode and colocated pools: tokens made within this many ms of the "
+        "last streamed chunk are sent together as one chunk (fewer messages through Ray "
+        "per token); the first token is never held. 0 sends every engine step.",
     )
 
 

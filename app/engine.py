@@ -18,6 +18,7 @@ be set before the engine is built, which is why the adapter owns them.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
@@ -26,7 +27,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from app.config import AppConfig, PoolConfig
-from app.kv_transport import object_store
+from app.kv_transport import nixl_progress, object_store
 from app.kv_transport.fallback import Transport, engine_transports, nixl_installed
 from app.kv_transport.payload import LOAD_PATH, NUM_TOKENS, SAVE_PATH
 from app.records import EngineStats, GenerateRequest, PrefillResult, Role, TokenChunk
@@ -76,6 +77,7 @@ def engine_environment(
     if role is not Role.COLOCATED:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = config.transport.side_channel_host
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_channel_port)
+        env[nixl_progress.ENV] = "1" if config.transport.nixl_progress_thread else "0"
     return env
 
 
@@ -171,10 +173,13 @@ class EngineServer:
     ``shutdown``; it is injected so the request handling can be tested without vLLM.
     """
 
-    def __init__(self, engine: Any, role: Role, engine_id: str) -> None:
+    def __init__(
+        self, engine: Any, role: Role, engine_id: str, stream_interval_s: float = 0.0
+    ) -> None:
         self.engine = engine
         self.role = role
         self.engine_id = engine_id
+        self.stream_interval_s = stream_interval_s
         self.block_size, self.kv_bytes_per_token = _kv_geometry(engine)
 
     @classmethod
@@ -187,7 +192,8 @@ class EngineServer:
         port = free_port(config.transport.side_channel_host)
         os.environ.update(engine_environment(role, pool, config, port))
         args = engine_arguments(role, config, model_path, engine_id)
-        return cls(AsyncLLM.from_engine_args(args), role, engine_id)
+        engine = AsyncLLM.from_engine_args(args)
+        return cls(engine, role, engine_id, pool.stream_interval_ms / 1000)
 
     async def prefill(
         self, request: GenerateRequest, transport: Transport = Transport.NIXL
@@ -248,6 +254,11 @@ class EngineServer:
 
         If the transferred KV cannot be used, the only chunk is one with
         ``transfer_failed`` set and no tokens, so the caller can fall back.
+
+        After the first chunk, the next is taken no sooner than ``stream_interval_s``
+        after the previous one was handed on: meanwhile vLLM merges the steps' new tokens
+        into one pending output (``RequestOutputKind.DELTA``), so one message carries
+        them all. The first token is never held.
         """
         from vllm.sampling_params import RequestOutputKind
 
@@ -292,6 +303,8 @@ class EngineServer:
                     engine_id=self.engine_id if first else "",
                 )
                 first = False
+                if self.stream_interval_s and not completion.finish_reason:
+                    await asyncio.sleep(self.stream_interval_s)
         finally:
             if path is not None:
                 object_store.remove(path)

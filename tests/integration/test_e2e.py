@@ -55,3 +55,15 @@ def test_models_and_health(apps, http):
     assert http.get(f"{apps.disaggregated}/health").status_code == 200
     models = http.get(f"{apps.disaggregated}/v1/models").json()
     assert [m["id"] for m in models["data"]] == ["tiny-llama"]
+
+
+def test_stream_batches_tokens_into_fewer_chunks(apps, http):
+    """Tokens made within `stream_interval_ms` of the last chunk travel as one chunk."""
+    body = {**GREEDY, "prompt": random_prompt(31, 64), "max_tokens": 96}
+    body["stream_options"] = {"include_usage": True}
+    for base in (apps.disaggregated, apps.colocated):
+        events = stream_events(http, base, "/v1/completions", body)
+        content = [e for e in events[:-1] if e["choices"] and e["choices"][0]["text"]]
+        assert events[-2]["usage"]["completion_tokens"] == 96
+        # Decode steps take ~2-5 ms here, so a 10 ms interval merges several per chunk.
+        assert len(content) < 96 * 0.7, f"{len(content)} chunks for 96 tokens at {base}"

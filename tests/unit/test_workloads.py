@@ -15,10 +15,10 @@ def test_fixed_lengths():
 
 def test_mixed_has_long_prompts_among_streams():
     requests = mixed(random.Random(0), 200)
-    long = [r for r in requests if len(r[0]) == 768]
+    long = [r for r in requests if len(r[0]) == 1536]
     assert 20 <= len(long) <= 60  # ~20%
     assert all(m == 8 for _, m in long)
-    assert all(len(p) + m <= 1024 for p, m in requests)
+    assert all(len(p) + m <= 2048 for p, m in requests)
 
 
 def test_shared_prefix_reuses_a_few_system_prompts():

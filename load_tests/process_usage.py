@@ -1,0 +1,96 @@
+"""CPU and memory of the processes that make up a running app (Ray's, vLLM's, a server's).
+
+Groups processes by role from their command line or title, so a report reads "engine
+core", "Decode replica", "Serve proxy", ... rather than PIDs. Used by the path profile
+and the side-by-side comparison (idle CPU, RSS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+
+import psutil
+
+# (substring of the command line or process title, group name), first match wins.
+_GROUPS = (
+    ("EngineCore", "engine core"),
+    ("VLLM::Worker", "engine worker"),
+    ("vllm.entrypoints.openai.api_server", "vLLM API server"),
+    ("ServeReplica:splitserve:Prefill", "Prefill replica"),
+    ("ServeReplica:splitserve:Decode", "Decode replica"),
+    ("ServeReplica:splitserve:Colocated", "Colocated replica"),
+    ("ServeReplica:splitserve:Ingress", "Ingress replica"),
+    ("ProxyActor", "Serve proxy"),
+    ("ServeController", "Serve controller"),
+    ("raylet", "raylet"),
+    ("gcs_server", "GCS"),
+    ("dashboard", "dashboard/agents"),
+    ("DashboardAgent", "dashboard/agents"),
+    ("RuntimeEnvAgent", "dashboard/agents"),
+    ("runtime_env", "dashboard/agents"),
+    ("log_monitor", "log monitor"),
+    ("default_worker", "idle Ray worker"),
+    ("ray::IDLE", "idle Ray worker"),
+)
+
+
+def group_of(process: psutil.Process) -> str:
+    try:
+        text = " ".join(process.cmdline()) + " " + process.name()
+    except psutil.Error:
+        return "gone"
+    for needle, group in _GROUPS:
+        if needle in text:
+            return group
+    return f"other: {process.name()}"
+
+
+def app_processes() -> list[psutil.Process]:
+    """This driver's descendants plus Ray's daemons (started by ray.init, reparented)."""
+    me = psutil.Process()
+    found = {p.pid: p for p in me.children(recursive=True)}
+    for process in psutil.process_iter():
+        try:
+            text = " ".join(process.cmdline())
+        except psutil.Error:
+            continue
+        if process.pid != me.pid and ("/ray/" in text or "ray::" in text):
+            found[process.pid] = process
+            for child in process.children(recursive=True):
+                found[child.pid] = child
+    return list(found.values())
+
+
+def cpu_by_group(seconds: float) -> dict[str, float]:
+    """% of one core each group used over ``seconds`` of wall time."""
+    processes = app_processes()
+    before = {}
+    for process in processes:
+        try:
+            times = process.cpu_times()
+            before[process.pid] = (process, times.user + times.system)
+        except psutil.Error:
+            pass
+    time.sleep(seconds)
+    usage: dict[str, float] = defaultdict(float)
+    for process, start in before.values():
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        usage[group_of(process)] += 100 * (times.user + times.system - start) / seconds
+    return dict(sorted(usage.items(), key=lambda item: -item[1]))
+
+
+def memory_by_group(kind: str = "rss") -> dict[str, float]:
+    """Memory per group in MiB: ``rss`` (shared pages counted in every process that maps
+    them, as `ps` shows) or ``pss`` (shared pages split between their users; sums to
+    what the app really occupies)."""
+    total: dict[str, float] = defaultdict(float)
+    for process in app_processes():
+        with contextlib.suppress(psutil.Error):
+            info = process.memory_full_info() if kind == "pss" else process.memory_info()
+            total[group_of(process)] += getattr(info, kind) / 2**20
+    return dict(sorted(total.items(), key=lambda item: -item[1]))
