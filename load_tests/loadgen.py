@@ -64,6 +64,11 @@ def summary(
 ) -> dict[str, Any]:
     gaps = [g for t in timings for g in t.chunk_gaps]
     transfers = [t.server for t in timings if t.server]
+    count = len(timings) or 1
+    prefilled = [s for s in transfers if s.get("prefill_engine")]
+    prompt_total = sum(
+        t.prompt_tokens for t in timings if t.server and t.server.get("prefill_engine")
+    )
     return {
         "ok": len(timings),
         "failed": len(failures),
@@ -77,6 +82,14 @@ def summary(
         "e2e_ms": summarize([t.end for t in timings], 1000),
         "kv_bytes": sum(int(s.get("kv_bytes") or 0) for s in transfers),
         "kv_transports": sorted({str(s.get("kv_transport")) for s in transfers}),
+        # For `splitserve advise --result`:
+        "prompt_tokens_mean": sum(t.prompt_tokens for t in timings) / count,
+        "output_tokens_mean": sum(t.output_tokens for t in timings) / count,
+        "prefix_hit_rate": (
+            sum(int(s.get("prefill_cached_tokens") or 0) for s in prefilled) / prompt_total
+            if prompt_total
+            else None
+        ),
     }
 
 

@@ -1,0 +1,96 @@
+"""Which prefill:decode split (or colocated) gives the most goodput per accelerator.
+
+For each candidate topology with ``accelerators`` engines in all (every P:D split with at
+least one of each, and all of them colocated), the simulator replays the workload at a
+Poisson rate, and the goodput search (:func:`load_tests.slo.find_goodput`'s rule: sweep
+the rate up, then bisect) finds the highest rate at which at least 90% of requests meet
+both the TTFT and the TPOT SLO. Candidates rank by goodput per accelerator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from app.advice.engine_profile import EngineProfile
+from app.advice.simulator import SimOutcome, Topology, poisson_arrivals, simulate
+
+
+@dataclass(frozen=True)
+class Plan:
+    topology: Topology
+    goodput: float  # req/s
+    tried: tuple[tuple[float, float], ...]  # (rate, attainment)
+
+    @property
+    def per_accelerator(self) -> float:
+        return self.goodput / self.topology.accelerators
+
+
+def attainment(outcomes: list[SimOutcome], ttft_s: float, tpot_s: float) -> float:
+    met = sum(1 for o in outcomes if o.ttft <= ttft_s and (math.isnan(o.tpot) or o.tpot <= tpot_s))
+    return met / len(outcomes) if outcomes else 0.0
+
+
+def goodput(
+    profile: EngineProfile,
+    topology: Topology,
+    lengths: list[tuple[int, int]],
+    ttft_s: float,
+    tpot_s: float,
+    target: float = 0.9,
+    start_rate: float = 1.0,
+    seeds: int = 3,
+    bisections: int = 6,
+) -> Plan:
+    """Goodput of ``topology`` on the workload ``lengths`` (prompt, output) per request."""
+    tried: list[tuple[float, float]] = []
+
+    def ok(rate: float) -> bool:
+        shares = [
+            attainment(
+                simulate(poisson_arrivals(rate, lengths, seed), profile, topology), ttft_s, tpot_s
+            )
+            for seed in range(seeds)
+        ]
+        share = sum(shares) / len(shares)
+        tried.append((rate, share))
+        return share >= target
+
+    low, high = 0.0, start_rate
+    while high < 1e5 and ok(high):
+        low, high = high, high * 2
+    for _ in range(bisections):
+        middle = (low + high) / 2
+        if ok(middle):
+            low = middle
+        else:
+            high = middle
+    return Plan(topology, low, tuple(tried))
+
+
+def candidates(
+    accelerators: int, kv_bytes_per_token: int = 0, link_gbps: float = 0.0
+) -> list[Topology]:
+    """Every P:D split of ``accelerators`` engines, and all of them colocated."""
+    splits = [
+        Topology(p, accelerators - p, kv_bytes_per_token, link_gbps) for p in range(1, accelerators)
+    ]
+    return [*splits, Topology(0, accelerators)]
+
+
+def plan(
+    profile: EngineProfile,
+    accelerators: int,
+    lengths: list[tuple[int, int]],
+    ttft_s: float,
+    tpot_s: float,
+    kv_bytes_per_token: int = 0,
+    link_gbps: float = 0.0,
+) -> list[Plan]:
+    """Candidates ranked by goodput per accelerator, best first."""
+    plans = [
+        goodput(profile, topology, lengths, ttft_s, tpot_s)
+        for topology in candidates(accelerators, kv_bytes_per_token, link_gbps)
+    ]
+    return sorted(plans, key=lambda p: -p.per_accelerator)

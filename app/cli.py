@@ -1,0 +1,265 @@
+"""``splitserve``: should you disaggregate, and with which prefill:decode ratio?
+
+    splitserve kv --model builtin:tiny-llama --prompt-tokens 4096 --gbps 100
+    splitserve advise --prompt-tokens 4096 --output-tokens 256 --ttft-ms 400 --tpot-ms 30 \
+        --model path/to/config.json --accelerators 32 --network-gbps 400 --network rdma
+    splitserve advise --result load_tests/results/loadgen.json --accelerators 2 ...
+    splitserve profile --config serve_configs/default.yaml --out profile.json
+    splitserve plan --profile profile.json --accelerators 2 --slo-ttft-ms 200 --slo-tpot-ms 20
+
+Every command prints a readable table, or JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from app.advice.checks import Workload, advise
+from app.advice.kv_size import KVShape, shape_from_model, transfer_seconds, wire_seconds
+
+DEFAULT_MIX = "128:128:0.8,1536:8:0.2"
+
+
+def _shape(args: argparse.Namespace) -> KVShape:
+    return shape_from_model(args.model)
+
+
+def _kv_bytes_per_token(args: argparse.Namespace) -> int:
+    return _shape(args).bytes_per_token(args.tensor_parallel, args.kv_dtype)
+
+
+def parse_mix(text: str) -> list[tuple[int, int, float]]:
+    """``"128:128:0.8,1536:8:0.2"`` -> [(prompt, output, share), ...]; shares sum to 1."""
+    mix = []
+    for part in text.split(","):
+        try:
+            prompt, output, share = part.split(":")
+            mix.append((int(prompt), int(output), float(share)))
+        except ValueError:
+            raise ValueError(f"bad mix entry {part!r}; want prompt:output:share") from None
+    total = sum(share for _, _, share in mix)
+    if not mix or abs(total - 1) > 1e-6 or any(p <= 0 or o <= 0 for p, o, _ in mix):
+        raise ValueError(f"mix {text!r}: lengths must be positive and shares sum to 1")
+    return mix
+
+
+def mix_lengths(mix: list[tuple[int, int, float]], count: int, seed: int) -> list[tuple[int, int]]:
+    import random
+
+    rng = random.Random(seed)
+    weights = [share for _, _, share in mix]
+    chosen = rng.choices(mix, weights=weights, k=count)
+    return [(prompt, output) for prompt, output, _ in chosen]
+
+
+def workload_from_result(path: str, args: argparse.Namespace) -> Workload:
+    """A workload from a ``load_tests.loadgen`` result file (its first run)."""
+    data = json.loads(Path(path).read_text())
+    try:
+        run = data["runs"][0]
+        ttft, e2e = run["ttft_ms"]["p50"], run["e2e_ms"]["p50"]
+        prompt, output = run["prompt_tokens_mean"], run["output_tokens_mean"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ValueError(
+            f"{path} is not a load_tests.loadgen result with runs[0].ttft_ms, e2e_ms, "
+            f"prompt_tokens_mean and output_tokens_mean (missing {exc})"
+        ) from None
+    hit = run.get("prefix_hit_rate")
+    return Workload(
+        prompt_tokens=prompt,
+        output_tokens=output,
+        kv_bytes_per_token=_kv_bytes_per_token(args),
+        decode_share=max(0.0, (e2e - ttft) / e2e) if e2e else 0.0,
+        prefix_hit_rate=args.prefix_hit_rate if hit is None else float(hit),
+        accelerators=args.accelerators,
+        network_gbps=args.network_gbps,
+        network=args.network,
+    )
+
+
+def workload_from_figures(args: argparse.Namespace) -> Workload:
+    if args.prompt_tokens is None or args.output_tokens is None:
+        raise ValueError("give --result, or --prompt-tokens and --output-tokens")
+    if args.decode_share is not None:
+        share = args.decode_share
+    elif args.ttft_ms is not None and args.tpot_ms is not None:
+        decode = max(args.output_tokens - 1, 0) * args.tpot_ms
+        share = decode / (args.ttft_ms + decode) if args.ttft_ms + decode else 0.0
+    else:
+        raise ValueError("give --decode-share, or --ttft-ms and --tpot-ms to derive it")
+    return Workload(
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+        kv_bytes_per_token=_kv_bytes_per_token(args),
+        decode_share=share,
+        prefix_hit_rate=args.prefix_hit_rate,
+        accelerators=args.accelerators,
+        network_gbps=args.network_gbps,
+        network=args.network,
+    )
+
+
+def cmd_kv(args: argparse.Namespace) -> dict[str, Any]:
+    shape = _shape(args)
+    per_token = shape.bytes_per_token(args.tensor_parallel, args.kv_dtype)
+    nbytes = per_token * args.prompt_tokens
+    return {
+        "model": args.model,
+        "shape": shape.__dict__,
+        "tensor_parallel": args.tensor_parallel,
+        "kv_dtype": args.kv_dtype,
+        "bytes_per_token": per_token,
+        "bytes_per_token_per_rank": shape.bytes_per_token_per_rank(
+            args.tensor_parallel, args.kv_dtype
+        ),
+        "prompt_tokens": args.prompt_tokens,
+        "bytes_per_request": nbytes,
+        "link_gbps": args.gbps,
+        "wire_ms": wire_seconds(nbytes, args.gbps) * 1000,
+        "rdma_ms": transfer_seconds(nbytes, args.gbps, "rdma") * 1000,
+        "tcp_ms": transfer_seconds(nbytes, args.gbps, "tcp") * 1000,
+    }
+
+
+def cmd_advise(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    workload = workload_from_result(args.result, args) if args.result else None
+    workload = workload or workload_from_figures(args)
+    advice = advise(workload)
+    return {"workload": workload.__dict__, **advice.to_json()}, advice.table()
+
+
+def cmd_profile(args: argparse.Namespace) -> dict[str, Any]:
+    import yaml
+
+    from app.advice.profiler import measure
+    from app.config import AppConfig
+
+    (application,) = yaml.safe_load(Path(args.config).read_text())["applications"]
+    config = AppConfig.model_validate(application["args"])
+    profile = measure(config, repeats=args.repeats, steps=args.steps)
+    profile.save(args.out)
+    return {"written": args.out, "prefill": profile.prefill, "decode": profile.decode}
+
+
+def cmd_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    from app.advice.engine_profile import EngineProfile
+    from app.advice.planner import plan
+
+    profile = EngineProfile.load(args.profile)
+    if args.overhead_ms is not None:
+        profile.overhead_s = args.overhead_ms / 1000
+    if args.disaggregated_overhead_ms is not None:
+        profile.disaggregated_overhead_s = args.disaggregated_overhead_ms / 1000
+    lengths = mix_lengths(parse_mix(args.mix), args.requests, args.seed)
+    kv_bytes = _kv_bytes_per_token(args) if args.link_gbps else 0
+    plans = plan(
+        profile,
+        args.accelerators,
+        lengths,
+        args.slo_ttft_ms / 1000,
+        args.slo_tpot_ms / 1000,
+        kv_bytes,
+        args.link_gbps,
+    )
+    rows = [
+        {
+            "topology": p.topology.name,
+            "accelerators": p.topology.accelerators,
+            "goodput_req_per_s": round(p.goodput, 3),
+            "goodput_per_accelerator": round(p.per_accelerator, 3),
+            "tried": [[round(r, 3), round(a, 3)] for r, a in p.tried],
+        }
+        for p in plans
+    ]
+    lines = [f"{'topology':<16} {'goodput req/s':>14} {'per accelerator':>16}"]
+    lines += [
+        f"{r['topology']:<16} {r['goodput_req_per_s']:>14.2f} {r['goodput_per_accelerator']:>16.2f}"
+        for r in rows
+    ]
+    lines.append(f"\nbest: {rows[0]['topology']} (SLO TTFT <= {args.slo_ttft_ms:g} ms, "
+                 f"TPOT <= {args.slo_tpot_ms:g} ms, >= 90% of requests)")  # fmt: skip
+    return {"plans": rows, "mix": args.mix, "profile": args.profile}, "\n".join(lines)
+
+
+def _model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        default="builtin:tiny-llama",
+        help="config.json, a model directory, or a YAML model source (default: %(default)s)",
+    )
+    parser.add_argument("--tensor-parallel", type=int, default=1)
+    parser.add_argument("--kv-dtype", default="auto", help="auto (the model's), fp8, bf16, ...")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="splitserve", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    kv = commands.add_parser("kv", help="KV bytes per token / request and transfer time")
+    _model_options(kv)
+    kv.add_argument("--prompt-tokens", type=int, default=4096)
+    kv.add_argument("--gbps", type=float, default=100.0, help="link rate, Gbit/s")
+
+    adv = commands.add_parser("advise", help="the five checks: should you disaggregate?")
+    _model_options(adv)
+    adv.add_argument("--result", help="a load_tests.loadgen result JSON (instead of figures)")
+    adv.add_argument("--prompt-tokens", type=float)
+    adv.add_argument("--output-tokens", type=float)
+    adv.add_argument("--decode-share", type=float, help="share of request time decoding")
+    adv.add_argument("--ttft-ms", type=float, help="with --tpot-ms: derives the decode share")
+    adv.add_argument("--tpot-ms", type=float)
+    adv.add_argument("--prefix-hit-rate", type=float, default=0.0)
+    adv.add_argument("--accelerators", type=int, default=8)
+    adv.add_argument("--network-gbps", type=float, default=100.0)
+    adv.add_argument("--network", choices=("rdma", "tcp"), default="rdma")
+
+    prof = commands.add_parser("profile", help="measure one engine's costs on this machine")
+    prof.add_argument("--config", default="serve_configs/default.yaml")
+    prof.add_argument("--out", default="load_tests/results/engine_profile.json")
+    prof.add_argument("--repeats", type=int, default=3)
+    prof.add_argument("--steps", type=int, default=32)
+
+    pl = commands.add_parser("plan", help="best prefill:decode ratio for goodput per engine")
+    _model_options(pl)
+    pl.add_argument("--profile", required=True, help="JSON from `splitserve profile`")
+    pl.add_argument("--accelerators", type=int, required=True)
+    pl.add_argument("--mix", default=DEFAULT_MIX, help="prompt:output:share,... (%(default)s)")
+    pl.add_argument("--requests", type=int, default=200)
+    pl.add_argument("--slo-ttft-ms", type=float, default=200.0)
+    pl.add_argument("--slo-tpot-ms", type=float, default=20.0)
+    pl.add_argument("--overhead-ms", type=float, help="serving path per request (colocated)")
+    pl.add_argument("--disaggregated-overhead-ms", type=float, help="extra per disagg. request")
+    pl.add_argument("--link-gbps", type=float, default=0.0, help="KV link; 0: free")
+    pl.add_argument("--seed", type=int, default=0)
+
+    for sub in (kv, adv, prof, pl):
+        sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "advise":
+            result, table = cmd_advise(args)
+        elif args.command == "plan":
+            result, table = cmd_plan(args)
+        elif args.command == "kv":
+            result = cmd_kv(args)
+            table = "\n".join(f"{k:<26} {v}" for k, v in result.items())
+        else:
+            result = cmd_profile(args)
+            table = json.dumps(result, indent=2)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"splitserve {args.command}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2) if args.json else table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""`splitserve kv | advise | plan`: tables, JSON, and clear errors."""
+
+import json
+
+import pytest
+
+from app.advice.engine_profile import EngineProfile
+from app.cli import main, parse_mix
+
+LLAMA_70B = {
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "hidden_size": 8192,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_70B))
+    return str(tmp_path)
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_kv_reports_the_seed_numbers(capsys, model_dir):
+    code, out, _ = run(capsys, "kv", "--model", model_dir, "--prompt-tokens", "4096", "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["bytes_per_token"] == 327_680
+    assert result["bytes_per_request"] == 1_342_177_280
+    assert round(result["wire_ms"]) == 107
+
+
+def test_advise_from_figures_prints_every_check(capsys, model_dir):
+    argv = ["advise", "--model", model_dir, "--prompt-tokens", "4096", "--output-tokens", "64"]
+    argv += ["--ttft-ms", "900", "--tpot-ms", "20", "--accelerators", "4", "--network", "tcp"]
+    argv += ["--network-gbps", "25"]
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    for name in ("decode share", "KV bytes per request", "prefix-cache", "accelerators"):
+        assert name in out
+    assert "recommendation: stay colocated" in out
+    code, out, _ = run(capsys, *argv, "--json")
+    result = json.loads(out)
+    assert result["recommendation"] == "stay colocated"
+    assert result["workload"]["decode_share"] == pytest.approx(63 * 20 / (900 + 63 * 20))
+
+
+def test_advise_from_a_load_test_result(capsys, tmp_path, model_dir):
+    run_ = {
+        "ttft_ms": {"p50": 100.0},
+        "e2e_ms": {"p50": 1000.0},
+        "prompt_tokens_mean": 1000.0,
+        "output_tokens_mean": 200.0,
+        "prefix_hit_rate": 0.9,
+    }
+    path = tmp_path / "loadgen.json"
+    path.write_text(json.dumps({"runs": [run_]}))
+    code, out, _ = run(
+        capsys, "advise", "--result", str(path), "--model", model_dir, "--accelerators", "64",
+        "--json",
+    )  # fmt: skip
+    result = json.loads(out)
+    assert code == 0
+    assert result["workload"]["decode_share"] == pytest.approx(0.9)
+    assert result["workload"]["prefix_hit_rate"] == 0.9
+    assert result["recommendation"] == "measure first"  # only the prefix hit rate is against
+
+
+def test_advise_errors_name_what_is_missing(capsys, tmp_path):
+    code, _, err = run(capsys, "advise", "--prompt-tokens", "10")
+    assert code == 2 and "--output-tokens" in err
+    code, _, err = run(capsys, "advise", "--prompt-tokens", "10", "--output-tokens", "5")
+    assert code == 2 and "--decode-share" in err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    code, _, err = run(capsys, "advise", "--result", str(bad))
+    assert code == 2 and "runs[0]" in err
+
+
+def test_plan_ranks_topologies(capsys, tmp_path):
+    profile = EngineProfile(prefill=[(0, 0.0), (2000, 0.2)], decode=[(1, 0.002), (64, 0.01)])
+    profile.save(tmp_path / "p.json")
+    code, out, _ = run(
+        capsys, "plan", "--profile", str(tmp_path / "p.json"), "--accelerators", "2",
+        "--requests", "60", "--json",
+    )  # fmt: skip
+    assert code == 0
+    plans = json.loads(out)["plans"]
+    assert {p["topology"] for p in plans} == {"1P:1D", "colocated x2"}
+    assert plans[0]["goodput_per_accelerator"] >= plans[1]["goodput_per_accelerator"]
+
+
+def test_mix_parsing():
+    assert parse_mix("128:128:0.8,1536:8:0.2") == [(128, 128, 0.8), (1536, 8, 0.2)]
+    for bad in ("128:128", "128:128:0.5", "0:1:1", "a:b:c"):
+        with pytest.raises(ValueError):
+            parse_mix(bad)

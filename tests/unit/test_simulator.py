@@ -1,0 +1,97 @@
+"""The discrete-event simulator against closed-form queues, before it meets real profiles."""
+
+import math
+import statistics
+
+import pytest
+
+from app.advice.engine_profile import EngineProfile, interpolate
+from app.advice.planner import candidates, goodput, plan
+from app.advice.simulator import SimRequest, Topology, poisson_arrivals, simulate
+
+S = 0.010  # seconds per prefill, whatever the length
+TINY = 1e-9
+
+
+def flat(prefill_s=S, step_s=TINY, overhead_s=0.0, disaggregated_overhead_s=0.0):
+    return EngineProfile(
+        prefill=[(1, prefill_s), (100_000, prefill_s)],
+        decode=[(1, step_s), (1_000, step_s)],
+        overhead_s=overhead_s,
+        disaggregated_overhead_s=disaggregated_overhead_s,
+    )
+
+
+def test_interpolation_is_linear_and_extends():
+    points = [(0.0, 0.0), (10.0, 1.0), (20.0, 3.0)]
+    assert interpolate(points, 5) == 0.5
+    assert interpolate(points, 15) == 2.0
+    assert interpolate(points, 30) == 5.0  # extended from the last segment
+
+
+def test_md1_queue_mean_wait():
+    """One prefill replica, deterministic service S, Poisson arrivals: M/D/1.
+
+    Mean time in system = S + rho * S / (2 (1 - rho)). Prompts fill the batch budget so
+    each prefill step serves exactly one request.
+    """
+    rho = 0.6
+    rate = rho / S
+    requests = poisson_arrivals(rate, [(2048, 1)] * 40_000, seed=1)
+    outcomes = simulate(requests, flat(), Topology(1, 1, max_batch_tokens=2048))
+    expected = S + rho * S / (2 * (1 - rho))
+    assert statistics.fmean(o.ttft for o in outcomes) == pytest.approx(expected, rel=0.05)
+
+
+def test_no_queueing_when_arrivals_are_spaced():
+    requests = [SimRequest(t * 1.0, 500, 1) for t in range(5)]
+    topology = Topology(1, 1, kv_bytes_per_token=1000, link_gbps=8.0)
+    # prefill S, then 500 kB at 8 Gb/s = 0.5 ms, then one decode step of 2 ms
+    outcomes = simulate(requests, flat(step_s=0.002, overhead_s=0.003), topology)
+    for o in outcomes:
+        assert o.ttft == pytest.approx(S + 0.0005 + 0.002 + 0.003)
+        assert math.isnan(o.tpot)
+
+
+def test_decode_batch_tpot_is_the_step_time():
+    """Colocated, free prefill, constant step c: every request's TPOT is exactly c."""
+    c = 0.004
+    requests = [SimRequest(0.0, 100, 20) for _ in range(8)]
+    outcomes = simulate(requests, flat(prefill_s=0.0, step_s=c), Topology(0, 1))
+    assert all(o.tpot == pytest.approx(c) for o in outcomes)
+    # The first arrival starts a step on its own; the others join the next one.
+    assert all(o.ttft <= c + 1e-12 for o in outcomes)
+
+
+def test_colocated_long_prompt_stalls_running_streams():
+    """A 1,500-token prompt joining a running stream lengthens that stream's steps."""
+    step = 0.002
+    profile = EngineProfile(prefill=[(0, 0.0), (1500, 0.3)], decode=[(1, step), (64, step)])
+    requests = [SimRequest(0.0, 10, 50), SimRequest(0.02, 1500, 2)]
+    colocated = simulate(requests, profile, Topology(0, 1, max_batch_tokens=512))
+    split = simulate(requests, profile, Topology(1, 1, max_batch_tokens=512))
+    assert colocated[0].tpot > 2 * step  # the stream waited behind prefill chunks
+    assert split[0].tpot == pytest.approx(step, rel=0.1)  # isolated from the long prompt
+
+
+def test_goodput_is_below_capacity_and_scales_with_replicas():
+    profile = flat(prefill_s=0.0, step_s=0.0)
+    profile.prefill = [(0.0, 0.0), (1000.0, S)]  # 10 ms per 1000-token prompt
+    lengths = [(1000, 1)] * 300
+    one = goodput(profile, Topology(0, 1), lengths, ttft_s=0.05, tpot_s=1.0, seeds=2)
+    two = goodput(profile, Topology(0, 2), lengths, ttft_s=0.05, tpot_s=1.0, seeds=2)
+    assert 40 < one.goodput < 1 / S  # below capacity (100 req/s), not far below
+    assert two.goodput == pytest.approx(2 * one.goodput, rel=0.3)
+
+
+def test_plan_ranks_every_split_and_colocated():
+    topologies = candidates(3)
+    assert [t.name for t in topologies] == ["1P:2D", "2P:1D", "colocated x3"]
+    plans = plan(flat(step_s=0.001), 2, [(256, 8)] * 100, ttft_s=0.1, tpot_s=0.01)
+    assert {p.topology.name for p in plans} == {"1P:1D", "colocated x2"}
+    assert plans[0].per_accelerator >= plans[1].per_accelerator
+
+
+def test_topology_is_validated():
+    with pytest.raises(ValueError):
+        Topology(1, 0)
