@@ -15,7 +15,7 @@ TORCH_INDEX ?=
 # Tests run in a loopback-only network namespace where possible (see the script).
 NETNS := scripts/loopback-netns
 
-.PHONY: setup run test test-unit test-integration lint format soak bench-kv bench-prefix bench-compare
+.PHONY: setup run test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-link
 
 setup: $(STAMP)
 
@@ -37,14 +37,19 @@ run: setup
 # as a separate pytest session, first; the main suite's summary is the last line.
 test: setup
 	$(NETNS) $(PY) -m pytest -q -ra tests/autoscaling
-	$(NETNS) $(PY) -m pytest -q -ra --ignore=tests/autoscaling tests
+	$(NETNS) $(PY) -m pytest -q -ra --ignore=tests/autoscaling --ignore=tests/multinode tests
+
+# Prefill and decode on two test hosts (network namespaces, scripts/testnet; needs root).
+test-multinode: setup
+	scripts/testnet up 2
+	scripts/testnet exec a $(PY) -m pytest -q -ra tests/multinode; rc=$$?; scripts/testnet down; exit $$rc
 
 test-unit: setup
 	$(PY) -m pytest -q -m "not integration" tests
 
 test-integration: setup
 	$(NETNS) $(PY) -m pytest -q -ra tests/autoscaling
-	$(NETNS) $(PY) -m pytest -q -ra -m integration --ignore=tests/autoscaling tests
+	$(NETNS) $(PY) -m pytest -q -ra -m integration --ignore=tests/autoscaling --ignore=tests/multinode tests
 
 # Not part of CI: N concurrent streams for M minutes with random disconnects.
 SOAK_STREAMS ?= 8
@@ -64,6 +69,11 @@ bench-prefix: setup
 bench-compare: setup
 	$(NETNS) $(PY) -m load_tests.compare
 	$(PY) -m load_tests.plots
+
+# KV over a shaped link between the test hosts: transfer time and TTFT vs KV bytes.
+bench-link: setup
+	scripts/testnet up 2
+	scripts/testnet exec a $(PY) -m load_tests.link_bench; rc=$$?; scripts/testnet down; exit $$rc
 
 lint: setup
 	$(VENV)/bin/ruff check .

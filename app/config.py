@@ -77,8 +77,16 @@ class TransportConfig(_Strict):
     )
     side_channel_host: str = Field(
         "127.0.0.1",
-        description="Address each engine's NIXL handshake listener binds and advertises; "
-        "use the node's own address when pools span machines.",
+        min_length=1,
+        description="Address each engine's NIXL handshake listener binds and advertises. "
+        "`auto`: the address of the Ray node the replica runs on (what pools spread over "
+        "several machines need); `127.0.0.1` keeps a single machine's traffic on loopback.",
+    )
+    ucx_tls: str | None = Field(
+        None,
+        pattern=r"^\^?[a-z0-9_,]+$",
+        description="UCX transports NIXL may use (UCX_TLS), e.g. `tcp` to force the network "
+        "path between hosts, `rc,ud,sm,self` on RDMA fabrics; None lets UCX choose.",
     )
     prefill_timeout_s: float = Field(
         10.0,

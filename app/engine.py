@@ -61,6 +61,15 @@ def _on_gpu() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def side_channel_host(configured: str) -> str:
+    """The NIXL handshake address: as configured, or this Ray node's address for ``auto``."""
+    if configured != "auto":
+        return configured
+    import ray.util
+
+    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+
+
 def engine_environment(
     role: Role, pool: PoolConfig, config: AppConfig, side_channel_port: int
 ) -> dict[str, str]:
@@ -75,9 +84,11 @@ def engine_environment(
     if pool.cpu_binding is not None:
         env["VLLM_CPU_OMP_THREADS_BIND"] = pool.cpu_binding
     if role is not Role.COLOCATED:
-        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = config.transport.side_channel_host
+        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = side_channel_host(config.transport.side_channel_host)
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_channel_port)
         env[nixl_progress.ENV] = "1" if config.transport.nixl_progress_thread else "0"
+        if config.transport.ucx_tls:
+            env["UCX_TLS"] = config.transport.ucx_tls
     return env
 
 
@@ -189,7 +200,7 @@ class EngineServer:
 
         pool = config.prefill if role is Role.PREFILL else config.decode
         engine_id = f"{role.value}-{uuid.uuid4().hex[:12]}"
-        port = free_port(config.transport.side_channel_host)
+        port = free_port(side_channel_host(config.transport.side_channel_host))
         os.environ.update(engine_environment(role, pool, config, port))
         args = engine_arguments(role, config, model_path, engine_id)
         engine = AsyncLLM.from_engine_args(args)

@@ -49,7 +49,11 @@ class LLMServer:
         return await self.server.all_blocks_free()
 
     def process_info(self) -> dict[str, Any]:
-        return self.server.process_info()
+        """PIDs, RSS and the address of the Ray node this replica runs on."""
+        import ray.util
+
+        node_ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        return {**self.server.process_info(), "node_ip": node_ip}
 
     async def check_health(self) -> None:
         await self.server.engine.check_health()

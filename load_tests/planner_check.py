@@ -1,0 +1,81 @@
+"""Hold the planner to measurements: predicted vs measured goodput of the tested configs.
+
+    .venv/bin/python -m load_tests.planner_check \
+        --profile load_tests/results/engine_profile.json \
+        --compare load_tests/results/compare.json
+
+Reads an engine profile (``splitserve profile``) and a side-by-side result
+(``load_tests.compare``, with goodput), derives the serving path's per-request overheads
+from the measured concurrency-1 TTFTs (what the engine profile cannot see), then predicts
+the goodput of the two configs that were measured, on the same mix and SLO:
+splitserve disaggregated (1 prefill + 1 decode engine) and splitserve colocated (one
+engine). Prints and writes the comparison (docs/planner.md quotes it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from app.advice.engine_profile import EngineProfile
+from app.advice.planner import goodput
+from app.advice.simulator import Topology
+from app.cli import DEFAULT_MIX, mix_lengths, parse_mix
+
+MEASURED = {
+    "splitserve disaggregated": Topology(1, 1),
+    "splitserve colocated": Topology(0, 1),
+}
+
+
+def overheads(profile: EngineProfile, rows: dict[str, Any]) -> tuple[float, float]:
+    """(colocated, extra disaggregated) path overhead from the c=1 TTFT medians."""
+    engine_ttft = profile.prefill_s(128) + profile.decode_step_s(1)
+    colocated = rows["splitserve colocated"]["c1"]["ttft_ms"]["p50"] / 1000
+    disaggregated = rows["splitserve disaggregated"]["c1"]["ttft_ms"]["p50"] / 1000
+    base = max(colocated - engine_ttft, 0.0)
+    # Disaggregated adds a second engine's step and the hops to it.
+    extra = max(disaggregated - engine_ttft - base - profile.decode_step_s(1), 0.0)
+    return base, extra
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", default="load_tests/results/engine_profile.json")
+    parser.add_argument("--compare", default="load_tests/results/compare.json")
+    parser.add_argument("--mix", default=DEFAULT_MIX)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--out", default="load_tests/results/planner_check.json")
+    args = parser.parse_args()
+    profile = EngineProfile.load(args.profile)
+    compare = json.loads(Path(args.compare).read_text())
+    rows, conditions = compare["rows"], compare["conditions"]
+    profile.overhead_s, profile.disaggregated_overhead_s = overheads(profile, rows)
+    lengths = mix_lengths(parse_mix(args.mix), args.requests, seed=0)
+    ttft_s, tpot_s = conditions["slo_ttft_ms"] / 1000, conditions["slo_tpot_ms"] / 1000
+    result: dict[str, Any] = {
+        "slo_ms": [conditions["slo_ttft_ms"], conditions["slo_tpot_ms"]],
+        "mix": args.mix,
+        "overhead_ms": round(profile.overhead_s * 1000, 2),
+        "disaggregated_overhead_ms": round(profile.disaggregated_overhead_s * 1000, 2),
+        "systems": {},
+    }
+    for name, topology in MEASURED.items():
+        measured = rows.get(name, {}).get("goodput_req_per_s")
+        predicted = goodput(profile, topology, lengths, ttft_s, tpot_s).goodput
+        error = (predicted - measured) / measured if measured else None
+        result["systems"][name] = {
+            "topology": topology.name,
+            "predicted_req_per_s": round(predicted, 2),
+            "measured_req_per_s": measured,
+            "error": None if error is None else round(error, 3),
+        }
+        print(f"{name:<28} predicted {predicted:6.2f}  measured {measured}  error {error}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
