@@ -240,15 +240,16 @@ def main() -> None:
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--out", default="load_tests/results/compare.json")
     args = parser.parse_args()
-    rows = {}
+    rows: dict[str, dict[str, Any]] = {}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     for name in args.systems:
         started = time.perf_counter()
         with SYSTEMS[name]() as url:
             rows[name] = measure(url, args, started)
+        # Written after every system, so a later failure loses nothing measured.
+        result = {"conditions": conditions(args), "rows": rows}
+        Path(args.out).write_text(json.dumps(result, indent=2))
         print(f"{name}: done", flush=True)
-    result = {"conditions": conditions(args), "rows": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
     print_table(rows)
 
 
