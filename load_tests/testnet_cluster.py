@@ -10,10 +10,12 @@ stopped by PID (the worker nodes' whole namespaces' process lists), never ``ray 
 from __future__ import annotations
 
 import contextlib
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -104,6 +106,7 @@ class TestnetCluster:
         from ray import serve
 
         ray.init(
+            address="local",  # a new head, even if a file names an older cluster
             _node_ip_address=self.head,
             num_cpus=self.cpus,
             resources={f"host_{self.hosts[0]}": 100},
@@ -147,7 +150,7 @@ class TestnetCluster:
         from deployments.builder import build_app
 
         serve.run(build_app(args), name=name, route_prefix=route_prefix)
-        return self.url + route_prefix
+        return self.url + route_prefix.rstrip("/")
 
     def __exit__(self, *exc: object) -> None:
         import ray
@@ -167,3 +170,9 @@ class TestnetCluster:
             for worker in self.workers:
                 worker.wait(timeout=30)
             ray.shutdown()
+            # `ray start` on a worker host records the head's address for later
+            # `ray.init()` calls on this machine; that cluster is gone now.
+            current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+            with contextlib.suppress(OSError):
+                if current.read_text().startswith(self.head):
+                    current.unlink()
