@@ -10,7 +10,6 @@ stopped by PID (the worker nodes' whole namespaces' process lists), never ``ray 
 from __future__ import annotations
 
 import contextlib
-import contextlib
 import os
 import signal
 import subprocess
