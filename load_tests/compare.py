@@ -171,9 +171,12 @@ SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
     "splitserve disaggregated": lambda: splitserve("serve_configs/default.yaml"),
     "splitserve colocated": lambda: splitserve("serve_configs/colocated.yaml"),
     "vLLM OpenAI server": vllm_server,
-    # Not run by default: the disaggregated app streaming every engine step on its own.
+    # Not run by default: variants of the disaggregated app.
     "splitserve disaggregated, unbatched stream": lambda: splitserve(
         "serve_configs/default.yaml", {"decode": {"stream_interval_ms": 0}}
+    ),
+    "splitserve disaggregated, local prefill < 512": lambda: splitserve(
+        "serve_configs/default.yaml", {"router": {"local_prefill_below_tokens": 512}}
     ),
 }
 DEFAULT_SYSTEMS = list(SYSTEMS)[:3]
