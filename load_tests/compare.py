@@ -1,5 +1,6 @@
-"""Side by side on one machine: splitserve disaggregated, splitserve colocated, and vLLM's
-own OpenAI server, with the same workloads and the same SLO, one system at a time.
+"""Side by side on one machine: splitserve disaggregated, splitserve colocated, vLLM's own
+OpenAI server and Ray Serve LLM's PD app, with the same workloads and the same SLO, one
+system at a time.
 
     scripts/loopback-netns .venv/bin/python -m load_tests.compare   (or: make bench-compare)
 
@@ -17,8 +18,8 @@ CDFs from it) and prints a table.
 
 Cores (2 on this machine, the same total for every system): splitserve disaggregated
 runs prefill on core 0 and decode on core 1; the colocated systems bind their engine to
-core 0 and leave core 1 to the frontend, as DESIGN.md measured fastest for vLLM. Ray
-Serve LLM's PD app is not in this comparison (see docs/benchmarks.md).
+core 0 and leave core 1 to the frontend, as DESIGN.md measured fastest for vLLM; Ray
+Serve LLM's PD app (``load_tests.ray_llm_pd``) runs prefill on core 0, decode on core 1.
 """
 
 from __future__ import annotations
@@ -171,6 +172,7 @@ SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
     "splitserve disaggregated": lambda: splitserve("serve_configs/default.yaml"),
     "splitserve colocated": lambda: splitserve("serve_configs/colocated.yaml"),
     "vLLM OpenAI server": vllm_server,
+    "Ray Serve LLM PD": lambda: _ray_llm_pd(),
     # Not run by default: variants of the disaggregated app.
     "splitserve disaggregated, unbatched stream": lambda: splitserve(
         "serve_configs/default.yaml", {"decode": {"stream_interval_ms": 0}}
@@ -179,7 +181,13 @@ SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
         "serve_configs/default.yaml", {"router": {"local_prefill_below_tokens": 512}}
     ),
 }
-DEFAULT_SYSTEMS = list(SYSTEMS)[:3]
+DEFAULT_SYSTEMS = list(SYSTEMS)[:4]
+
+
+def _ray_llm_pd() -> AbstractContextManager[str]:
+    from load_tests.ray_llm_pd import ray_serve_llm_pd
+
+    return ray_serve_llm_pd(MAX_MODEL_LEN)
 
 
 def conditions(args: argparse.Namespace) -> dict[str, Any]:
@@ -198,6 +206,7 @@ def conditions(args: argparse.Namespace) -> dict[str, Any]:
             "splitserve disaggregated": "prefill engine core 0, decode engine core 1",
             "splitserve colocated": "engine core 0, frontend floats",
             "vLLM OpenAI server": "engine core 0, frontend floats",
+            "Ray Serve LLM PD": "prefill engine core 0, decode engine core 1",
         },
         "stream_interval_ms": "10 (default) unless the system's name says otherwise",
         "workloads": {

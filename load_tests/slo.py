@@ -3,16 +3,20 @@
 A request meets the SLO when its TTFT and its TPOT are both within bounds. Goodput is the
 highest request rate at which at least ``target`` (90%) of requests meet the SLO; it is
 found by sweeping rates upward until attainment drops below the target, then bisecting
-between the last rate that met it and the first that did not.
+between the last rate that met it and the first that did not (the search is
+:mod:`app.advice.goodput`, shared with the planner).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from app.advice.goodput import GoodputSearch, find_goodput
 from load_tests.stats import StreamTiming
+
+__all__ = ["SLO", "GoodputSearch", "attainment", "find_goodput"]
 
 
 @dataclass(frozen=True)
@@ -31,47 +35,3 @@ def attainment(timings: Sequence[StreamTiming], slo: SLO, failed: int = 0) -> fl
     if total == 0:
         return 0.0
     return sum(1 for t in timings if slo.met_by(t)) / total
-
-
-@dataclass
-class GoodputSearch:
-    """The rates tried and the attainment measured at each, in the order tried."""
-
-    tried: list[tuple[float, float]] = field(default_factory=list)
-    goodput: float = 0.0
-
-
-def find_goodput(
-    measure: Callable[[float], float],
-    start_rate: float,
-    target: float = 0.9,
-    growth: float = 2.0,
-    max_rate: float = 1e6,
-    bisections: int = 4,
-) -> GoodputSearch:
-    """Highest rate with ``measure(rate) >= target``: sweep up by ``growth``, then bisect."""
-    if start_rate <= 0 or growth <= 1:
-        raise ValueError("start_rate must be > 0 and growth > 1")
-    search = GoodputSearch()
-
-    def ok(rate: float) -> bool:
-        value = measure(rate)
-        search.tried.append((rate, value))
-        return value >= target
-
-    low, high = 0.0, start_rate
-    while high <= max_rate and ok(high):
-        low, high = high, high * growth
-    if high > max_rate:
-        search.goodput = low
-        return search
-    for _ in range(bisections):
-        middle = (low + high) / 2
-        if middle <= 0:
-            break
-        if ok(middle):
-            low = middle
-        else:
-            high = middle
-    search.goodput = low
-    return search

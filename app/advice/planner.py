@@ -2,7 +2,7 @@
 
 For each candidate topology with ``accelerators`` engines in all (every P:D split with at
 least one of each, and all of them colocated), the simulator replays the workload at a
-Poisson rate, and the goodput search (:func:`load_tests.slo.find_goodput`'s rule: sweep
+Poisson rate, and the goodput search (:func:`app.advice.goodput.find_goodput`: sweep
 the rate up, then bisect) finds the highest rate at which at least 90% of requests meet
 both the TTFT and the TPOT SLO. Candidates rank by goodput per accelerator.
 """
@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from app.advice.engine_profile import EngineProfile
+from app.advice.goodput import find_goodput
 from app.advice.simulator import SimOutcome, Topology, poisson_arrivals, simulate
 
 
@@ -44,29 +45,18 @@ def goodput(
     bisections: int = 6,
 ) -> Plan:
     """Goodput of ``topology`` on the workload ``lengths`` (prompt, output) per request."""
-    tried: list[tuple[float, float]] = []
 
-    def ok(rate: float) -> bool:
+    def share(rate: float) -> float:
         shares = [
             attainment(
                 simulate(poisson_arrivals(rate, lengths, seed), profile, topology), ttft_s, tpot_s
             )
             for seed in range(seeds)
         ]
-        share = sum(shares) / len(shares)
-        tried.append((rate, share))
-        return share >= target
+        return sum(shares) / len(shares)
 
-    low, high = 0.0, start_rate
-    while high < 1e5 and ok(high):
-        low, high = high, high * 2
-    for _ in range(bisections):
-        middle = (low + high) / 2
-        if ok(middle):
-            low = middle
-        else:
-            high = middle
-    return Plan(topology, low, tuple(tried))
+    search = find_goodput(share, start_rate, target=target, max_rate=1e5, bisections=bisections)
+    return Plan(topology, search.goodput, tuple(search.tried))
 
 
 def candidates(

@@ -6,14 +6,7 @@ import pytest
 
 from app.advice.engine_profile import EngineProfile
 from app.cli import main, parse_mix
-
-LLAMA_70B = {
-    "num_hidden_layers": 80,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 8,
-    "hidden_size": 8192,
-    "torch_dtype": "bfloat16",
-}
+from tests.unit.model_configs import LLAMA_70B
 
 
 @pytest.fixture

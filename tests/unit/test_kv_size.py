@@ -11,22 +11,7 @@ from app.advice.kv_size import (
     transfer_seconds,
     wire_seconds,
 )
-
-LLAMA_70B = {
-    "num_hidden_layers": 80,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 8,
-    "hidden_size": 8192,
-    "torch_dtype": "bfloat16",
-}
-DEEPSEEK_V3 = {
-    "num_hidden_layers": 61,
-    "num_attention_heads": 128,
-    "hidden_size": 7168,
-    "kv_lora_rank": 512,
-    "qk_rope_head_dim": 64,
-    "torch_dtype": "bfloat16",
-}
+from tests.unit.model_configs import DEEPSEEK_V3, LLAMA_70B
 
 
 def test_seed_70b_gqa_numbers():

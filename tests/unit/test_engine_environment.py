@@ -1,0 +1,52 @@
+"""What each engine's processes see in their environment, per role and config."""
+
+import pytest
+from pydantic import ValidationError
+
+from app.config import AppConfig
+from app.engine import engine_environment, side_channel_host
+from app.kv_transport import nixl_progress
+from app.records import Role
+
+
+def _env(role: Role, **transport):
+    config = AppConfig.model_validate({"transport": transport})
+    pool = config.prefill if role is Role.PREFILL else config.decode
+    return engine_environment(role, pool, config, side_channel_port=5555)
+
+
+def test_disaggregated_roles_get_side_channel_and_no_progress_thread():
+    env = _env(Role.PREFILL)
+    assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "127.0.0.1"
+    assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5555"
+    assert env[nixl_progress.ENV] == "0"
+    assert "UCX_TLS" not in env
+
+
+def test_progress_thread_and_ucx_transports_are_configurable():
+    env = _env(Role.DECODE, nixl_progress_thread=True, ucx_tls="tcp")
+    assert env[nixl_progress.ENV] == "1"
+    assert env["UCX_TLS"] == "tcp"
+
+
+def test_colocated_engines_have_no_nixl_settings():
+    env = _env(Role.COLOCATED)
+    assert not any(key.startswith(("VLLM_NIXL", "UCX")) for key in env)
+    assert nixl_progress.ENV not in env
+
+
+def test_side_channel_host_auto_is_this_nodes_address():
+    assert side_channel_host("10.1.2.3") == "10.1.2.3"
+    address = side_channel_host("auto")
+    assert address and address != "auto"
+
+
+@pytest.mark.parametrize("good", ["tcp", "rc,ud,sm,self", "^cuda_ipc"])
+def test_ucx_tls_accepts_transport_lists(good):
+    assert AppConfig.model_validate({"transport": {"ucx_tls": good}}).transport.ucx_tls == good
+
+
+@pytest.mark.parametrize("bad", ["", "tcp; rm -rf /", "TCP SM"])
+def test_ucx_tls_refuses_junk(bad):
+    with pytest.raises(ValidationError, match="ucx_tls"):
+        AppConfig.model_validate({"transport": {"ucx_tls": bad}})
