@@ -164,6 +164,7 @@ def cmd_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         args.slo_tpot_ms / 1000,
         kv_bytes,
         args.link_gbps,
+        args.seconds,
     )
     rows = [
         {
@@ -228,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--profile", required=True, help="JSON from `splitserve profile`")
     pl.add_argument("--accelerators", type=int, required=True)
     pl.add_argument("--mix", default=DEFAULT_MIX, help="prompt:output:share,... (%(default)s)")
-    pl.add_argument("--requests", type=int, default=200)
+    pl.add_argument("--requests", type=int, default=200, help="fewest simulated per rate")
+    pl.add_argument("--seconds", type=float, default=60.0, help="simulated arrivals per rate")
     pl.add_argument("--slo-ttft-ms", type=float, default=200.0)
     pl.add_argument("--slo-tpot-ms", type=float, default=20.0)
     pl.add_argument("--overhead-ms", type=float, help="serving path per request (colocated)")

@@ -12,7 +12,8 @@ all its processes, then
    128-in/128-out streams, 20% 1536-in/8-out long prompts): TTFT p99, ITL p99 and TPOT of
    the *short* requests, i.e. how much long prompts stall everyone's stream;
 4. goodput on the same mix (DistServe: the highest rate with >= 90% of requests inside
-   both the TTFT and the TPOT SLO), by rate sweep and bisection; ``--no-goodput`` skips it.
+   both the TTFT and the TPOT SLO), by rate sweep and bisection, each rate sending
+   ``--goodput-seconds`` of arrivals; ``--no-goodput`` skips it.
 Writes JSON with the run conditions and the raw samples (``load_tests.plots`` draws the
 CDFs from it) and prints a table.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import platform
 import random
@@ -154,15 +156,23 @@ def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any
     row["mixed"] = _mixed_summary(timings, failures, wall)
     if args.goodput:
         slo = SLO(args.slo_ttft_ms / 1000, args.slo_tpot_ms / 1000)
-        sweep = mixed(random.Random(args.seed + 2), args.goodput_requests)
 
         def attained(rate: float) -> float:
+            # Enough requests for ``goodput_seconds`` of arrivals: a short burst drains
+            # inside the SLO at any rate and would overstate goodput.
+            count = max(args.goodput_requests, math.ceil(rate * args.goodput_seconds))
+            sweep = mixed(random.Random(args.seed + 2), count)
             timings, failures, _ = asyncio.run(
                 run_at_rate(url, sweep, rate, args.seed, progress=args.progress)
             )
             return attainment(timings, slo, failed=len(failures))
 
-        search = find_goodput(attained, start_rate=args.goodput_start_rate, bisections=3)
+        search = find_goodput(
+            attained,
+            start_rate=args.goodput_start_rate,
+            bisections=3,
+            max_rate=args.goodput_max_rate,
+        )
         row["goodput_req_per_s"] = search.goodput
         row["goodput_tried"] = search.tried
     return row
@@ -244,7 +254,14 @@ def main() -> None:
     parser.add_argument("--mixed-requests", type=int, default=120)
     parser.add_argument("--rate", type=float, default=4.0)
     parser.add_argument("--goodput", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--goodput-requests", type=int, default=60)
+    parser.add_argument("--goodput-requests", type=int, default=40, help="fewest per rate")
+    parser.add_argument("--goodput-seconds", type=float, default=20.0, help="arrivals per rate")
+    parser.add_argument(
+        "--goodput-max-rate",
+        type=float,
+        default=64.0,
+        help="stop the sweep here (one Python client on 2 cores cannot send much more)",
+    )
     parser.add_argument("--goodput-start-rate", type=float, default=2.0)
     parser.add_argument("--slo-ttft-ms", type=float, default=200.0)
     parser.add_argument("--slo-tpot-ms", type=float, default=20.0)

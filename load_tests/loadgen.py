@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import platform
 import random
 import time
@@ -102,6 +103,7 @@ def main() -> None:
     parser.add_argument("--slo-ttft-ms", type=float, default=500.0)
     parser.add_argument("--slo-tpot-ms", type=float, default=50.0)
     parser.add_argument("--goodput", action="store_true", help="sweep and bisect the rate")
+    parser.add_argument("--goodput-seconds", type=float, default=20.0, help="arrivals per rate")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="load_tests/results/loadgen.json")
     args = parser.parse_args()
@@ -111,7 +113,11 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
 
     def measure(rate: float) -> float:
-        timings, failures, wall = asyncio.run(run_at_rate(args.url, requests, rate, args.seed))
+        batch = requests
+        if args.goodput:  # at least --goodput-seconds of arrivals at every rate tried
+            count = max(args.requests, math.ceil(rate * args.goodput_seconds))
+            batch = WORKLOADS[args.workload](random.Random(args.seed), count)
+        timings, failures, wall = asyncio.run(run_at_rate(args.url, batch, rate, args.seed))
         runs.append({"rate": rate, **summary(timings, failures, wall, slo)})
         return float(runs[-1]["slo_attainment"])
 

@@ -43,13 +43,22 @@ def goodput(
     start_rate: float = 1.0,
     seeds: int = 3,
     bisections: int = 6,
+    duration_s: float = 60.0,
 ) -> Plan:
-    """Goodput of ``topology`` on the workload ``lengths`` (prompt, output) per request."""
+    """Goodput of ``topology`` on the workload ``lengths`` (prompt, output) per request.
+
+    Each rate simulates at least ``duration_s`` of arrivals (``lengths`` repeated as
+    needed): a short burst drains within the SLO at any rate.
+    """
 
     def share(rate: float) -> float:
+        count = max(len(lengths), math.ceil(rate * duration_s))
+        workload = [lengths[i % len(lengths)] for i in range(count)]
         shares = [
             attainment(
-                simulate(poisson_arrivals(rate, lengths, seed), profile, topology), ttft_s, tpot_s
+                simulate(poisson_arrivals(rate, workload, seed), profile, topology),
+                ttft_s,
+                tpot_s,
             )
             for seed in range(seeds)
         ]
@@ -77,10 +86,11 @@ def plan(
     tpot_s: float,
     kv_bytes_per_token: int = 0,
     link_gbps: float = 0.0,
+    duration_s: float = 60.0,
 ) -> list[Plan]:
     """Candidates ranked by goodput per accelerator, best first."""
     plans = [
-        goodput(profile, topology, lengths, ttft_s, tpot_s)
+        goodput(profile, topology, lengths, ttft_s, tpot_s, duration_s=duration_s)
         for topology in candidates(accelerators, kv_bytes_per_token, link_gbps)
     ]
     return sorted(plans, key=lambda p: -p.per_accelerator)

@@ -82,7 +82,7 @@ def test_plan_ranks_topologies(capsys, tmp_path):
     profile.save(tmp_path / "p.json")
     code, out, _ = run(
         capsys, "plan", "--profile", str(tmp_path / "p.json"), "--accelerators", "2",
-        "--requests", "60", "--json",
+        "--requests", "60", "--seconds", "5", "--json",
     )  # fmt: skip
     assert code == 0
     plans = json.loads(out)["plans"]

@@ -78,8 +78,8 @@ def test_goodput_is_below_capacity_and_scales_with_replicas():
     profile = flat(prefill_s=0.0, step_s=0.0)
     profile.prefill = [(0.0, 0.0), (1000.0, S)]  # 10 ms per 1000-token prompt
     lengths = [(1000, 1)] * 300
-    one = goodput(profile, Topology(0, 1), lengths, ttft_s=0.05, tpot_s=1.0, seeds=2)
-    two = goodput(profile, Topology(0, 2), lengths, ttft_s=0.05, tpot_s=1.0, seeds=2)
+    one = goodput(profile, Topology(0, 1), lengths, 0.05, 1.0, seeds=2, duration_s=5)
+    two = goodput(profile, Topology(0, 2), lengths, 0.05, 1.0, seeds=2, duration_s=5)
     assert 40 < one.goodput < 1 / S  # below capacity (100 req/s), not far below
     assert two.goodput == pytest.approx(2 * one.goodput, rel=0.3)
 
@@ -87,7 +87,7 @@ def test_goodput_is_below_capacity_and_scales_with_replicas():
 def test_plan_ranks_every_split_and_colocated():
     topologies = candidates(3)
     assert [t.name for t in topologies] == ["1P:2D", "2P:1D", "colocated x3"]
-    plans = plan(flat(step_s=0.001), 2, [(256, 8)] * 100, ttft_s=0.1, tpot_s=0.01)
+    plans = plan(flat(step_s=0.001), 2, [(256, 8)] * 100, ttft_s=0.1, tpot_s=0.01, duration_s=5)
     assert {p.topology.name for p in plans} == {"1P:1D", "colocated x2"}
     assert plans[0].per_accelerator >= plans[1].per_accelerator
 
