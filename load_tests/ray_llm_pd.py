@@ -51,8 +51,12 @@ def _engine_config(core: str, max_model_len: int) -> Any:
 
 
 @contextmanager
-def ray_serve_llm_pd(max_model_len: int = 2048, num_cpus: int = 4) -> Iterator[str]:
-    """Start the PD app in this process's own Ray cluster; yield its base URL."""
+def ray_serve_llm_pd(max_model_len: int = 2048, num_cpus: int = 8) -> Iterator[str]:
+    """Start the PD app in this process's own Ray cluster; yield its base URL.
+
+    ``num_cpus`` is logical: each engine deployment asks for a 2-CPU bundle and the
+    ingress for one more; the engines are pinned to real cores by their env vars.
+    """
     import ray
     from ray import serve
     from ray.serve.llm import build_pd_openai_app

@@ -3,8 +3,8 @@
 Starts one vLLM engine (the YAML's model and settings; on CPU bound to ``cpu_binding``),
 with prefix caching off so every prompt is really prefilled, then measures:
 - prefill: for each prompt length, the median time of ``max_tokens=1`` requests;
-- decode: for each batch size b, b prompts of ``decode_context`` tokens that generate
-  ``steps`` tokens together; step time = (total - prefill of the batch) / (steps - 1).
+- decode: for each batch size b, b prompts of ``decode_context`` tokens run once to 1
+  token and once to ``steps`` tokens; step time = (difference) / (steps - 1).
 Writes an :class:`~app.advice.engine_profile.EngineProfile` as JSON.
 """
 
@@ -71,13 +71,15 @@ def measure(
     for length in prompt_lengths:
         samples = [timed(prompts(1, length), 1) for _ in range(repeats)]
         prefill.append((float(length), statistics.median(samples)))
-    profile = EngineProfile(prefill=prefill, decode=[(1.0, 0.0)], decode_context=decode_context)
     decode = []
     for batch in batch_sizes:
-        samples = [timed(prompts(batch, decode_context), steps) for _ in range(repeats)]
-        total = statistics.median(samples)
-        step = (total - profile.prefill_s(batch * decode_context)) / (steps - 1)
-        decode.append((float(batch), max(step, 1e-6)))
+        # The same batch run to 1 token and to ``steps`` tokens: the difference is
+        # ``steps - 1`` decode steps, whatever the batched prefill cost.
+        one = statistics.median(timed(prompts(batch, decode_context), 1) for _ in range(repeats))
+        many = statistics.median(
+            timed(prompts(batch, decode_context), steps) for _ in range(repeats)
+        )
+        decode.append((float(batch), max((many - one) / (steps - 1), 1e-6)))
     from importlib.metadata import PackageNotFoundError, version
 
     try:
