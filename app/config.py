@@ -184,12 +184,21 @@ class PoolConfig(DeploymentOptions):
         pattern=r"^(all|nobind|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)$",
     )
     stream_interval_ms: float = Field(
-        10.0,
+        50.0,
         ge=0,
         le=1000,
-        description="Decode and colocated pools: tokens made within this many ms of the "
-        "last streamed chunk are sent together as one chunk (fewer messages through Ray "
-        "per token); the first token is never held. 0 sends every engine step.",
+        description="Decode and colocated pools: the longest a stream waits between "
+        "chunks; tokens made meanwhile travel together as one chunk (the first token is "
+        "never held). 0 sends every engine step.",
+    )
+    stream_messages_per_s: float = Field(
+        200.0,
+        ge=0,
+        description="Decode and colocated pools: chunk budget per replica. Each stream's "
+        "interval is (streams running on the replica) / budget, at most "
+        "`stream_interval_ms`: one stream gets a chunk every 5 ms, 10 or more streams every "
+        "50 ms. Every chunk costs CPU in three processes (replica, ingress, proxy). "
+        "0 always uses `stream_interval_ms`.",
     )
 
 
@@ -230,7 +239,7 @@ class RouterConfig(_Strict):
         4, ge=0, description="Queue-length gap beyond which load beats prefix affinity."
     )
     local_prefill_below_tokens: int = Field(
-        64,
+        512,
         ge=0,
         description="Prompts shorter than this are prefilled on the decode replica (no "
         "transfer); 0 disaggregates every request.",

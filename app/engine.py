@@ -185,12 +185,19 @@ class EngineServer:
     """
 
     def __init__(
-        self, engine: Any, role: Role, engine_id: str, stream_interval_s: float = 0.0
+        self,
+        engine: Any,
+        role: Role,
+        engine_id: str,
+        stream_interval_s: float = 0.0,
+        stream_messages_per_s: float = 0.0,
     ) -> None:
         self.engine = engine
         self.role = role
         self.engine_id = engine_id
         self.stream_interval_s = stream_interval_s
+        self.stream_messages_per_s = stream_messages_per_s
+        self.streams = 0  # generate() calls in progress
         self.block_size, self.kv_bytes_per_token = _kv_geometry(engine)
 
     @classmethod
@@ -204,7 +211,13 @@ class EngineServer:
         os.environ.update(engine_environment(role, pool, config, port))
         args = engine_arguments(role, config, model_path, engine_id)
         engine = AsyncLLM.from_engine_args(args)
-        return cls(engine, role, engine_id, pool.stream_interval_ms / 1000)
+        return cls(
+            engine,
+            role,
+            engine_id,
+            pool.stream_interval_ms / 1000,
+            pool.stream_messages_per_s,
+        )
 
     async def prefill(
         self, request: GenerateRequest, transport: Transport = Transport.NIXL
@@ -266,7 +279,7 @@ class EngineServer:
         If the transferred KV cannot be used, the only chunk is one with
         ``transfer_failed`` set and no tokens, so the caller can fall back.
 
-        After the first chunk, the next is taken no sooner than ``stream_interval_s``
+        After the first chunk, the next is taken no sooner than :meth:`chunk_interval`
         after the previous one was handed on: meanwhile vLLM merges the steps' new tokens
         into one pending output (``RequestOutputKind.DELTA``), so one message carries
         them all. The first token is never held.
@@ -279,6 +292,7 @@ class EngineServer:
         path = None
         kv_bytes = 0
         fetch_s = 0.0
+        self.streams += 1
         try:
             if request.kv_object is not None:
                 path = object_store.new_payload_path("decode")
@@ -314,11 +328,19 @@ class EngineServer:
                     engine_id=self.engine_id if first else "",
                 )
                 first = False
-                if self.stream_interval_s and not completion.finish_reason:
-                    await asyncio.sleep(self.stream_interval_s)
+                interval = self.chunk_interval()
+                if interval and not completion.finish_reason:
+                    await asyncio.sleep(interval)
         finally:
+            self.streams -= 1
             if path is not None:
                 object_store.remove(path)
+
+    def chunk_interval(self) -> float:
+        """Seconds between a stream's chunks: streams / budget, capped by the interval."""
+        if not self.stream_messages_per_s:
+            return self.stream_interval_s
+        return min(self.stream_interval_s, self.streams / self.stream_messages_per_s)
 
     def _nixl_bytes(self, kv: dict[str, Any]) -> int:
         """Bytes NIXL moves for these params: whole blocks of every layer."""

@@ -187,8 +187,8 @@ SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
     "splitserve disaggregated, unbatched stream": lambda: splitserve(
         "serve_configs/default.yaml", {"decode": {"stream_interval_ms": 0}}
     ),
-    "splitserve disaggregated, local prefill < 512": lambda: splitserve(
-        "serve_configs/default.yaml", {"router": {"local_prefill_below_tokens": 512}}
+    "splitserve disaggregated, every prompt remote": lambda: splitserve(
+        "serve_configs/default.yaml", {"router": {"local_prefill_below_tokens": 0}}
     ),
 }
 DEFAULT_SYSTEMS = list(SYSTEMS)[:4]
@@ -218,7 +218,8 @@ def conditions(args: argparse.Namespace) -> dict[str, Any]:
             "vLLM OpenAI server": "engine core 0, frontend floats",
             "Ray Serve LLM PD": "prefill engine core 0, decode engine core 1",
         },
-        "stream_interval_ms": "10 (default) unless the system's name says otherwise",
+        "splitserve": "serve_configs defaults (stream batching 50 ms / 200 chunks/s, prompts "
+        "under 512 tokens prefilled on decode) unless the system's name says otherwise",
         "workloads": {
             "c1": "128 in / 128 out, ignore_eos, concurrency 1",
             "c16": "128 in / 128 out, ignore_eos, concurrency 16",

@@ -63,11 +63,17 @@ def main() -> None:
     parser.add_argument("--config", default="serve_configs/default.yaml")
     parser.add_argument("--idle-s", type=float, default=20.0)
     parser.add_argument("--requests", type=int, default=30)
+    parser.add_argument(
+        "--remote-prefill",
+        action="store_true",
+        help="prefill every prompt on the prefill pool (shows the transfer's share)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="load_tests/results/path_profile.json")
     args = parser.parse_args()
     started = time.perf_counter()
-    with LocalApp(args.config) as app:
+    overrides = {"router": {"local_prefill_below_tokens": 0}} if args.remote_prefill else {}
+    with LocalApp(args.config, overrides=overrides) as app:
         asyncio.run(concurrency_one(app.url, 0, args.seed))
         startup_s = time.perf_counter() - started
         time.sleep(3)  # let the warm-up's stragglers (metrics flushes) settle

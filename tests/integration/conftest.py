@@ -30,6 +30,9 @@ def config_args(name: str) -> dict[str, Any]:
     args = load_args(CONFIGS / name)
     if args.get("mode", "disaggregated") == "disaggregated":
         args.setdefault("transport", {})["kv_lease_s"] = TEST_KV_LEASE_S
+        # Prompts of 64 tokens and more go through a remote prefill and a KV transfer,
+        # so the transfer tests can use short prompts.
+        args.setdefault("router", {})["local_prefill_below_tokens"] = 64
     else:
         # Two replicas behind the prefix-affinity router (tests/integration/test_routing.py);
         # greedy outputs do not depend on the replica, so it stays the reference.

@@ -50,3 +50,20 @@ def test_ucx_tls_accepts_transport_lists(good):
 def test_ucx_tls_refuses_junk(bad):
     with pytest.raises(ValidationError, match="ucx_tls"):
         AppConfig.model_validate({"transport": {"ucx_tls": bad}})
+
+
+def test_chunk_interval_grows_with_streams_up_to_the_cap():
+    from app.engine import EngineServer
+
+    server = EngineServer(
+        object(), Role.DECODE, "d", stream_interval_s=0.05, stream_messages_per_s=400
+    )
+    server.streams = 1
+    assert server.chunk_interval() == pytest.approx(0.0025)
+    server.streams = 16
+    assert server.chunk_interval() == pytest.approx(0.04)
+    server.streams = 64
+    assert server.chunk_interval() == pytest.approx(0.05)
+    fixed = EngineServer(object(), Role.DECODE, "d", stream_interval_s=0.01)
+    fixed.streams = 64
+    assert fixed.chunk_interval() == pytest.approx(0.01)
