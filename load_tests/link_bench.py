@@ -73,13 +73,18 @@ def main() -> None:
     parser.add_argument("--lengths", nargs="*", type=int, default=[256, 768, 1536])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--progress-thread", action="store_true", help="run NIXL's progress thread (TCP)"
+    )
     parser.add_argument("--out", default="load_tests/results/link_bench.json")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     per_token = shape_from_model("builtin:tiny-llama").bytes_per_token()
     results = []
     with TestnetCluster(("a", "b")) as cluster:
-        url = cluster.deploy(two_host_args("nixl"), "splitserve", "/")
+        app_args = two_host_args("nixl")
+        app_args["transport"]["nixl_progress_thread"] = args.progress_thread
+        url = cluster.deploy(app_args, "splitserve", "/")
         from ray import serve
 
         decode = serve.get_deployment_handle("Decode", app_name="splitserve")
@@ -106,6 +111,7 @@ def main() -> None:
         "conditions": {
             "hosts": "2 network namespaces, veth through a bridge, 198.18.0.1 -> .2",
             "ucx_tls": "tcp",
+            "nixl_progress_thread": args.progress_thread,
             "shaping": "tbf on host a egress (the KV direction); no netem (kernel lacks it)",
             "repeats": args.repeats,
             "model": "builtin:tiny-llama",

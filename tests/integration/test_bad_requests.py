@@ -34,7 +34,7 @@ CASES = [
         "prompt-over-max-model-len",
         "POST",
         C,
-        _j({"prompt": [5] * 1100}),
+        _j({"prompt": [5] * 2100}),  # max_model_len is 2048
         JSON,
         400,
         "maximum context length",
