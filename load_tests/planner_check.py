@@ -6,10 +6,12 @@
 
 Reads an engine profile (``splitserve profile``) and a side-by-side result
 (``load_tests.compare``, with goodput), derives the serving path's per-request overheads
-from the measured concurrency-1 TTFTs (what the engine profile cannot see), then predicts
-the goodput of the two configs that were measured, on the same mix and SLO:
-splitserve disaggregated (1 prefill + 1 decode engine) and splitserve colocated (one
-engine). Prints and writes the comparison (docs/planner.md quotes it).
+from the measured concurrency-1 TTFTs and its CPU per streamed token from the c=16 TPOT
+(what the engine profile cannot see), then predicts
+the goodput of the configs that were measured, on the same mix and SLO: splitserve
+disaggregated (1 prefill + 1 decode engine, prompts under 512 tokens prefilled on
+decode), the same with every prompt remote, and splitserve colocated (one engine).
+Prints and writes the comparison (docs/planner.md quotes it).
 """
 
 from __future__ import annotations
@@ -19,25 +21,33 @@ import json
 from pathlib import Path
 from typing import Any
 
-from app.advice.engine_profile import EngineProfile
+from app.advice.engine_profile import EngineProfile, interpolate
 from app.advice.planner import goodput
 from app.advice.simulator import Topology
 from app.cli import DEFAULT_MIX, mix_lengths, parse_mix
 
 MEASURED = {
-    "splitserve disaggregated": Topology(1, 1),
+    "splitserve disaggregated": Topology(1, 1, local_prefill_below_tokens=512),
     "splitserve colocated": Topology(0, 1),
+    "splitserve disaggregated, every prompt remote": Topology(1, 1),
 }
+
+
+def token_overhead(profile: EngineProfile, row: dict[str, Any]) -> float:
+    """Serving-path seconds per streamed token: c=16 TPOT beyond the engine's own step."""
+    engine_step = interpolate(profile.decode, 16)
+    tpot = float(row["c16"]["tpot_ms"]["p50"]) / 1000
+    return max(tpot - engine_step, 0.0) / 16
 
 
 def overheads(profile: EngineProfile, rows: dict[str, Any]) -> tuple[float, float]:
     """(colocated, extra disaggregated) path overhead from the c=1 TTFT medians."""
     engine_ttft = profile.prefill_s(128) + profile.decode_step_s(1)
     colocated = rows["splitserve colocated"]["c1"]["ttft_ms"]["p50"] / 1000
-    disaggregated = rows["splitserve disaggregated"]["c1"]["ttft_ms"]["p50"] / 1000
+    remote = rows["splitserve disaggregated, every prompt remote"]["c1"]["ttft_ms"]["p50"] / 1000
     base = max(colocated - engine_ttft, 0.0)
-    # Disaggregated adds a second engine's step and the hops to it.
-    extra = max(disaggregated - engine_ttft - base - profile.decode_step_s(1), 0.0)
+    # A remote prefill adds the decode engine's first step and the hops to both pools.
+    extra = max(remote - engine_ttft - base - profile.decode_step_s(1), 0.0)
     return base, extra
 
 
@@ -63,11 +73,15 @@ def main() -> None:
         "systems": {},
     }
     for name, topology in MEASURED.items():
-        measured = rows.get(name, {}).get("goodput_req_per_s")
+        if name not in rows:
+            continue
+        measured = rows[name].get("goodput_req_per_s")
+        profile.token_overhead_s = token_overhead(profile, rows[name])
         predicted = goodput(profile, topology, lengths, ttft_s, tpot_s).goodput
         error = (predicted - measured) / measured if measured else None
         result["systems"][name] = {
             "topology": topology.name,
+            "token_overhead_ms": round(profile.token_overhead_s * 1000, 3),
             "predicted_req_per_s": round(predicted, 2),
             "measured_req_per_s": measured,
             "error": None if error is None else round(error, 3),

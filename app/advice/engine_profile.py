@@ -5,7 +5,9 @@ A profile holds two curves for one engine (one accelerator, or one pinned CPU co
 - decode step seconds vs the number of sequences in the batch (at a stated context).
 plus the serving path's fixed cost per request (``overhead_s``: HTTP, routing; and
 ``disaggregated_overhead_s``: the second pool's hop, the handshake and the pull), which a
-bare engine profile cannot see; take them from a load test at concurrency 1.
+bare engine profile cannot see; take them from a load test at concurrency 1. Where the
+serving path shares the engines' cores, its CPU per streamed token (``token_overhead_s``)
+lengthens every decode step by batch x that cost; take it from TPOT at concurrency 16.
 ``splitserve profile`` measures the curves (:mod:`app.advice.profiler`); the simulator
 reads them from JSON.
 """
@@ -40,6 +42,7 @@ class EngineProfile:
     decode_context: int = 256  # context length the decode curve was measured at
     overhead_s: float = 0.0  # serving path per request, outside the engine (colocated)
     disaggregated_overhead_s: float = 0.0  # extra per disaggregated request (hops, pull)
+    token_overhead_s: float = 0.0  # serving path per streamed token, added to decode steps
     conditions: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -52,7 +55,10 @@ class EngineProfile:
         return interpolate(self.prefill, tokens) if tokens > 0 else 0.0
 
     def decode_step_s(self, batch: int) -> float:
-        return interpolate(self.decode, batch) if batch > 0 else 0.0
+        """One decode step of ``batch`` sequences, the serving path's share included."""
+        if batch <= 0:
+            return 0.0
+        return interpolate(self.decode, batch) + batch * self.token_overhead_s
 
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -67,5 +73,6 @@ class EngineProfile:
             decode_context=int(data.get("decode_context", 256)),
             overhead_s=float(data.get("overhead_s", 0.0)),
             disaggregated_overhead_s=float(data.get("disaggregated_overhead_s", 0.0)),
+            token_overhead_s=float(data.get("token_overhead_s", 0.0)),
             conditions=dict(data.get("conditions", {})),
         )

@@ -9,6 +9,10 @@ runs steps back to back while it has work; a step admits waiting requests (up to
 ``max_num_seqs``), takes ``decode_step_s(batch)`` and gives every request in it one token.
 The first decode step makes the first token.
 
+With ``local_prefill_below_tokens``, shorter prompts skip the prefill pool and are
+prefilled on a decode replica as in colocated mode (splitserve's conditional
+disaggregation).
+
 Colocated (``prefill_replicas == 0``): each replica mixes both in one step, as vLLM's
 chunked prefill does: running requests decode one token each, and waiting prompts fill
 the rest of the ``max_batch_tokens`` budget (a long prompt spans several steps); the step
@@ -16,7 +20,7 @@ takes ``decode_step_s(batch) + prefill_s(prefill tokens)``, and a prompt whose p
 completes gets its first token at the end of that step.
 
 TTFT adds the profile's per-request ``overhead_s`` (and ``disaggregated_overhead_s``
-when there is a prefill pool). The model is deliberately simple
+for a request the prefill pool served). The model is deliberately simple
 (no preemption, no prefix cache, one link); tests hold it to closed-form queues first.
 """
 
@@ -41,6 +45,7 @@ class Topology:
     link_gbps: float = 0.0  # 0: the transfer is free
     max_batch_tokens: int = 2048
     max_num_seqs: int = 64
+    local_prefill_below_tokens: int = 0  # shorter prompts are prefilled on decode
 
     def __post_init__(self) -> None:
         if self.prefill_replicas < 0 or self.decode_replicas < 1:
@@ -54,7 +59,10 @@ class Topology:
     def name(self) -> str:
         if self.prefill_replicas == 0:
             return f"colocated x{self.decode_replicas}"
-        return f"{self.prefill_replicas}P:{self.decode_replicas}D"
+        name = f"{self.prefill_replicas}P:{self.decode_replicas}D"
+        if self.local_prefill_below_tokens:
+            name += f" (< {self.local_prefill_below_tokens} local)"
+        return name
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,7 @@ class SimRequest:
 class _State:
     request: SimRequest
     prefill_left: int
+    remote: bool = False  # prefilled by the prefill pool
     tokens_out: int = 0
     first_token: float = math.nan
     finished: float = math.nan
@@ -229,7 +238,8 @@ def simulate(
     states = [_State(r, r.prompt_tokens) for r in requests]
 
     def arrive(state: _State) -> None:
-        if prefillers:
+        if prefillers and state.request.prompt_tokens >= topology.local_prefill_below_tokens:
+            state.remote = True
             min(prefillers, key=lambda p: p.queued_tokens).add(state)
         else:
             to_decode(state)
@@ -237,11 +247,9 @@ def simulate(
     for state in states:
         clock.at(state.request.arrival, lambda s=state: arrive(s))  # type: ignore[misc]
     clock.run()
-    overhead = profile.overhead_s
-    if topology.prefill_replicas:
-        overhead += profile.disaggregated_overhead_s
     outcomes = []
     for state in states:
+        overhead = profile.overhead_s + (profile.disaggregated_overhead_s if state.remote else 0)
         ttft = state.first_token - state.request.arrival + overhead
         out = state.request.output_tokens
         tpot = (state.finished - state.first_token) / (out - 1) if out > 1 else math.nan

@@ -95,3 +95,13 @@ def test_plan_ranks_every_split_and_colocated():
 def test_topology_is_validated():
     with pytest.raises(ValueError):
         Topology(1, 0)
+
+
+def test_short_prompts_skip_the_prefill_pool_below_the_threshold():
+    profile = flat(step_s=0.002, disaggregated_overhead_s=0.05)
+    requests = [SimRequest(0.0, 100, 2), SimRequest(1.0, 1000, 2)]
+    outcomes = simulate(requests, profile, Topology(1, 1, local_prefill_below_tokens=512))
+    # The short prompt is prefilled on decode (no pool, no overhead); the long one is remote.
+    assert outcomes[0].ttft == pytest.approx(S)  # the prefill step samples the first token
+    assert outcomes[1].ttft == pytest.approx(S + 0.002 + 0.05)  # + a decode step, the hops
+    assert "(< 512 local)" in Topology(1, 1, local_prefill_below_tokens=512).name
