@@ -34,10 +34,13 @@ run: setup
 	$(VENV)/bin/serve run $(CONFIG)
 
 # The autoscaling test needs its own Ray cluster (memory for a third engine), so it runs
-# as a separate pytest session, first; the main suite's summary is the last line.
+# as a separate pytest session, first; then the main suite; then, where the machine can
+# make network namespaces (root), the two-host tests.
 test: setup
 	$(NETNS) $(PY) -m pytest -q -ra tests/autoscaling
 	$(NETNS) $(PY) -m pytest -q -ra --ignore=tests/autoscaling --ignore=tests/multinode tests
+	@if scripts/testnet check; then $(MAKE) --no-print-directory test-multinode; \
+	else echo "two-host tests skipped: they need root and ip netns (make test-multinode)"; fi
 
 # Prefill and decode on two test hosts (network namespaces, scripts/testnet; needs root).
 test-multinode: setup

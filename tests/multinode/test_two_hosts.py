@@ -67,6 +67,7 @@ def test_link_cut_mid_request_ends_cleanly(multinode, http):
     """Cut host b's link while a long prompt is in flight, restore it 4 s later."""
     outcome: dict[str, Any] = {}
     body = {**GREEDY, "prompt": random_prompt(777, 1500), "max_tokens": 64}
+    body["stream_options"] = {"include_usage": True}
 
     def send() -> None:
         started = time.monotonic()
@@ -87,6 +88,10 @@ def test_link_cut_mid_request_ends_cleanly(multinode, http):
         set_link("b", "up")
     client.join(timeout=90)
     assert not client.is_alive(), "the request hung after the link was cut"
+    events = outcome.get("events") or []
+    timing = next((e.get("splitserve") for e in events if isinstance(e, dict)), None)
+    print(f"link cut: {outcome.get('seconds', 0):.1f} s, error={outcome.get('error')}, "
+          f"timing={timing}")  # fmt: skip
     if "events" in outcome:
         events = outcome["events"]
         assert events[-1] == "[DONE]"
