@@ -41,12 +41,12 @@ from typing import Any
 
 import httpx
 
+from app.advice.goodput import SLO, attainment, find_goodput
 from app.model_source import resolve_model
 from load_tests.loadgen import run_at_rate
 from load_tests.local_app import LocalApp, merge
 from load_tests.process_usage import cpu_by_group, memory_by_group
 from load_tests.run_conditions import app_settings, machine
-from load_tests.slo import SLO, attainment, find_goodput
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import closed_loop, one_request
 from load_tests.workloads import fixed, mixed

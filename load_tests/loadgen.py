@@ -25,8 +25,8 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
+from app.advice.goodput import SLO, attainment, find_goodput
 from load_tests.run_conditions import app_settings, machine
-from load_tests.slo import SLO, attainment, find_goodput
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import one_request
 from load_tests.workloads import WORKLOADS, Request

@@ -1,16 +1,47 @@
-"""The goodput search: the highest request rate at which enough requests meet the SLO.
+"""SLO attainment and the goodput search, as DistServe defines them.
 
-DistServe's goodput is the highest rate at which at least ``target`` (90%) of requests
-meet both the TTFT and the TPOT SLO. It is found by sweeping rates upward (x ``growth``)
-until attainment drops below the target, then bisecting between the last rate that met
-it and the first that did not. ``measure(rate)`` returns the attainment at a rate: a
-real load test (load_tests) or a simulation (the planner) both use this one search.
+A request meets the SLO when its TTFT and its TPOT are both within bounds. Goodput is
+the highest rate at which at least ``target`` (90%) of requests meet the SLO. It is found
+by sweeping rates upward (x ``growth``) until attainment drops below the target, then
+bisecting between the last rate that met it and the first that did not.
+``measure(rate)`` returns the attainment at a rate: a real load test (load_tests) and a
+simulation (the planner) both use this one search and this one SLO check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class Timed(Protocol):
+    """One request's TTFT and TPOT in seconds (TPOT is nan for a one-token output)."""
+
+    @property
+    def ttft(self) -> float: ...
+
+    @property
+    def tpot(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_s: float
+    tpot_s: float
+
+    def met_by(self, timing: Timed) -> bool:
+        tpot = timing.tpot
+        return timing.ttft <= self.ttft_s and (math.isnan(tpot) or tpot <= self.tpot_s)
+
+
+def attainment(timings: Sequence[Timed], slo: SLO, failed: int = 0) -> float:
+    """Share of requests (failed ones count as misses) that met the SLO."""
+    total = len(timings) + failed
+    if total == 0:
+        return 0.0
+    return sum(1 for t in timings if slo.met_by(t)) / total
 
 
 @dataclass

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 
 from app.advice.engine_profile import EngineProfile
-from app.advice.goodput import find_goodput
-from app.advice.simulator import SimOutcome, Topology, poisson_arrivals, simulate
+from app.advice.goodput import SLO, attainment, find_goodput
+from app.advice.simulator import Topology, poisson_arrivals, simulate
 
 
 @dataclass(frozen=True)
@@ -26,11 +26,6 @@ class Plan:
     @property
     def per_accelerator(self) -> float:
         return self.goodput / self.topology.accelerators
-
-
-def attainment(outcomes: list[SimOutcome], ttft_s: float, tpot_s: float) -> float:
-    met = sum(1 for o in outcomes if o.ttft <= ttft_s and (math.isnan(o.tpot) or o.tpot <= tpot_s))
-    return met / len(outcomes) if outcomes else 0.0
 
 
 def goodput(
@@ -51,15 +46,13 @@ def goodput(
     needed): a short burst drains within the SLO at any rate.
     """
 
+    slo = SLO(ttft_s, tpot_s)
+
     def share(rate: float) -> float:
         count = max(len(lengths), math.ceil(rate * duration_s))
         workload = [lengths[i % len(lengths)] for i in range(count)]
         shares = [
-            attainment(
-                simulate(poisson_arrivals(rate, workload, seed), profile, topology),
-                ttft_s,
-                tpot_s,
-            )
+            attainment(simulate(poisson_arrivals(rate, workload, seed), profile, topology), slo)
             for seed in range(seeds)
         ]
         return sum(shares) / len(shares)

@@ -2,8 +2,8 @@
 
 import random
 
+from app.advice.goodput import SLO
 from load_tests.loadgen import run_at_rate, summary
-from load_tests.slo import SLO
 from load_tests.workloads import mixed
 
 
