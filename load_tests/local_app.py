@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from app.engine import free_port
+from app.engine_setup import free_port
 
 
 def config_args(path: str | Path) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from app.engine import free_port
+from app.engine_setup import free_port
 from app.model_source import resolve_model
 
 

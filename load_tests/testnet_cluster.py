@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.engine import free_port
+from app.engine_setup import free_port
 from load_tests.local_app import config_args, merge
 
 ROOT = Path(__file__).resolve().parents[1]

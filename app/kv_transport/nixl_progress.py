@@ -12,7 +12,7 @@ otherwise run in; vLLM loads "general plugins" (entry point group
 ``vllm.general_plugins``) in every process it starts, before the KV connector is built.
 This plugin is registered there by ``pyproject.toml``. It changes nothing unless the
 engine's environment has ``SPLITSERVE_NIXL_PROGRESS_THREAD=0``, which
-:func:`app.engine.engine_environment` sets when ``transport.nixl_progress_thread`` is false.
+:func:`app.engine_setup.engine_environment` sets when ``transport.nixl_progress_thread`` is false.
 """
 
 from __future__ import annotations

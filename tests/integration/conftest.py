@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from app.engine import free_port
+from app.engine_setup import free_port
 from load_tests.local_app import config_args as load_args
 
 CONFIGS = Path(__file__).parents[2] / "serve_configs"

@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import AppConfig
-from app.engine import engine_environment, side_channel_host
+from app.engine_setup import engine_environment, side_channel_host
 from app.kv_transport import nixl_progress
 from app.records import Role
 
