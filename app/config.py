@@ -106,11 +106,19 @@ class TransportConfig(_Strict):
         "confirms the pull, or when the lease runs out (decode renews it while it waits).",
     )
     nixl_progress_thread: bool = Field(
-        False,
-        description="Run NIXL's progress thread. It polls without pause and keeps one core "
-        "busy per engine even when idle; vLLM's connector drives transfers on each engine "
-        "step without it. Turn it on only for a UCX transport whose target side must "
-        "progress (e.g. TCP-only links) if transfers stall there.",
+        True,
+        description="Run NIXL's progress thread, which drives UCX in the background. "
+        "Transports whose target side must act need it (a READ over TCP is served by the "
+        "prefill engine's UCX worker): without it such a READ completes only while the "
+        "prefill engine steps, and can stall for good once it idles.",
+    )
+    nixl_progress_poll_ms: int = Field(
+        5,
+        ge=0,
+        le=1000,
+        description="Longest pause of NIXL's progress thread between polls; it wakes at "
+        "once when UCX has network events. 0 keeps NIXL's own setting, polling without "
+        "pause, which keeps one core busy per engine even when idle.",
     )
 
 

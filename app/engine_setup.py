@@ -57,6 +57,7 @@ def engine_environment(
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = side_channel_host(config.transport.side_channel_host)
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_channel_port)
         env[nixl_progress.ENV] = "1" if config.transport.nixl_progress_thread else "0"
+        env[nixl_progress.POLL_ENV] = str(config.transport.nixl_progress_poll_ms * 1000)
         if config.transport.ucx_tls:
             env["UCX_TLS"] = config.transport.ucx_tls
     return env

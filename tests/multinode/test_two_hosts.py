@@ -42,7 +42,7 @@ def _compare_with_colocated(multinode: Any, http: Any, transport: str, offset: i
         assert streamed_text(got) == streamed_text(want), f"{length}-token prompt diverged"
         timing = got[-2]["splitserve"]
         assert timing["disaggregated"], timing
-        assert timing["kv_transport"] == transport, timing
+        assert timing["kv_transport"] == transport, f"fell back: {timing['fallbacks']}"
         assert timing["kv_bytes"] > 0, timing
         assert timing["prefill_engine"].startswith("prefill-"), timing
 
@@ -89,7 +89,8 @@ def test_link_cut_mid_request_ends_cleanly(multinode, http):
     client.join(timeout=90)
     assert not client.is_alive(), "the request hung after the link was cut"
     events = outcome.get("events") or []
-    timing = next((e.get("splitserve") for e in events if isinstance(e, dict)), None)
+    timings = [e["splitserve"] for e in events if isinstance(e, dict) and "splitserve" in e]
+    timing = timings[0] if timings else None
     print(f"link cut: {outcome.get('seconds', 0):.1f} s, error={outcome.get('error')}, "
           f"timing={timing}")  # fmt: skip
     if "events" in outcome:

@@ -15,24 +15,26 @@ def _env(role: Role, **transport):
     return engine_environment(role, pool, config, side_channel_port=5555)
 
 
-def test_disaggregated_roles_get_side_channel_and_no_progress_thread():
+def test_disaggregated_roles_get_side_channel_and_a_pausing_progress_thread():
     env = _env(Role.PREFILL)
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "127.0.0.1"
     assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5555"
-    assert env[nixl_progress.ENV] == "0"
+    assert env[nixl_progress.ENV] == "1"
+    assert env[nixl_progress.POLL_ENV] == "5000"
     assert "UCX_TLS" not in env
 
 
 def test_progress_thread_and_ucx_transports_are_configurable():
-    env = _env(Role.DECODE, nixl_progress_thread=True, ucx_tls="tcp")
-    assert env[nixl_progress.ENV] == "1"
+    env = _env(Role.DECODE, nixl_progress_thread=False, nixl_progress_poll_ms=0, ucx_tls="tcp")
+    assert env[nixl_progress.ENV] == "0"
+    assert env[nixl_progress.POLL_ENV] == "0"
     assert env["UCX_TLS"] == "tcp"
 
 
 def test_colocated_engines_have_no_nixl_settings():
     env = _env(Role.COLOCATED)
     assert not any(key.startswith(("VLLM_NIXL", "UCX")) for key in env)
-    assert nixl_progress.ENV not in env
+    assert nixl_progress.ENV not in env and nixl_progress.POLL_ENV not in env
 
 
 def test_side_channel_host_auto_is_this_nodes_address():
