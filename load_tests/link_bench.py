@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 
 from app.advice.kv_size import shape_from_model, transfer_seconds, wire_seconds
+from app.config import TransportConfig
 from load_tests.stream_bench import one_request
 from load_tests.testnet_cluster import TestnetCluster, shape, two_host_args
 
@@ -74,7 +75,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--progress-thread", action="store_true", help="run NIXL's progress thread (TCP)"
+        "--no-progress-thread", action="store_true", help="run without NIXL's progress thread"
+    )
+    parser.add_argument(
+        "--progress-poll-ms",
+        type=int,
+        default=TransportConfig().nixl_progress_poll_ms,
+        help="longest pause of NIXL's progress thread between polls (0: busy polling)",
     )
     parser.add_argument("--out", default="load_tests/results/link_bench.json")
     args = parser.parse_args()
@@ -83,7 +90,8 @@ def main() -> None:
     results = []
     with TestnetCluster(("a", "b")) as cluster:
         app_args = two_host_args("nixl")
-        app_args["transport"]["nixl_progress_thread"] = args.progress_thread
+        app_args["transport"]["nixl_progress_thread"] = not args.no_progress_thread
+        app_args["transport"]["nixl_progress_poll_ms"] = args.progress_poll_ms
         url = cluster.deploy(app_args, "splitserve", "/")
         from ray import serve
 
@@ -111,7 +119,8 @@ def main() -> None:
         "conditions": {
             "hosts": "2 network namespaces, veth through a bridge, 198.18.0.1 -> .2",
             "ucx_tls": "tcp",
-            "nixl_progress_thread": args.progress_thread,
+            "nixl_progress_thread": not args.no_progress_thread,
+            "nixl_progress_poll_ms": args.progress_poll_ms,
             "shaping": "tbf on host a egress (the KV direction); no netem (kernel lacks it)",
             "repeats": args.repeats,
             "model": "builtin:tiny-llama",
