@@ -30,8 +30,12 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -c "import vllm, ray, nixl._api, starlette, pydantic; print('setup ok: vllm', vllm.__version__, 'ray', ray.__version__)"
 	touch $(STAMP)
 
+# Serve's proxy reads these when Ray starts, never from the app's config
+# (deployments/cluster_env.py, docs/performance.md).
+SERVE_CLUSTER_ENV := RAY_SERVE_PROXY_USE_GRPC=1 RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0
+
 run: setup
-	$(VENV)/bin/serve run $(CONFIG)
+	env $(SERVE_CLUSTER_ENV) $(VENV)/bin/serve run $(CONFIG)
 
 # The autoscaling test needs its own Ray cluster (memory for a third engine), so it runs
 # as a separate pytest session, first; then the main suite; then, where the machine can

@@ -260,6 +260,34 @@ class RouterConfig(_Strict):
     )
 
 
+class RequestPathConfig(_Strict):
+    """How calls travel between the app's replicas (Ray Serve settings; docs/performance.md)."""
+
+    grpc: bool = Field(
+        True,
+        description="Send the ingress's calls to the pools by value over Serve's gRPC "
+        "channel instead of as Ray actor calls. Calls that carry an object-store KV "
+        "reference always go as Ray calls, which keep the reference alive.",
+    )
+    replica_event_loop: bool = Field(
+        True,
+        description="Run each replica's code, and the ingress's routers, on Serve's own "
+        "event loop instead of a separate thread and loop "
+        "(RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0, "
+        "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0): fewer thread handoffs per call and per "
+        "streamed chunk.",
+    )
+
+    def replica_env(self) -> dict[str, str]:
+        """Environment variables every replica of the app starts with."""
+        if not self.replica_event_loop:
+            return {}
+        return {
+            "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
+            "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
+        }
+
+
 class AppConfig(_Strict):
     """The whole application: the YAML's `args:` block."""
 
@@ -268,6 +296,7 @@ class AppConfig(_Strict):
     transport: TransportConfig = Field(default_factory=TransportConfig)
     ingress: IngressConfig = Field(default_factory=IngressConfig)
     router: RouterConfig = Field(default_factory=RouterConfig)
+    request_path: RequestPathConfig = Field(default_factory=RequestPathConfig)
     prefill: PoolConfig = Field(
         default_factory=lambda: PoolConfig(cpu_binding="0"),
         description="The prefill pool (disaggregated mode).",

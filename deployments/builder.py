@@ -29,9 +29,17 @@ def build_app(args: dict[str, Any] | AppConfig | None = None) -> Application:
         prefill = None
         decode = _pool("colocated", config)
     ingress: Deployment = serve.deployment()(Ingress)
-    return ingress.options(name="Ingress", **config.ingress.to_serve_options()).bind(
-        config, decode, prefill
-    )
+    options = _with_env(config.ingress.to_serve_options(), config)
+    return ingress.options(name="Ingress", **options).bind(config, decode, prefill)
+
+
+def _with_env(options: dict[str, Any], config: AppConfig) -> dict[str, Any]:
+    """``options`` with the request path's environment added to the replicas' runtime env."""
+    env = config.request_path.replica_env()
+    if env:
+        actor = options["ray_actor_options"]
+        actor["runtime_env"] = {"env_vars": env}
+    return options
 
 
 def _router_config(**fields: Any) -> dict[str, Any]:
@@ -61,7 +69,7 @@ def _pool(role: str, config: AppConfig) -> Application:
     deployment: Deployment = serve.deployment()(LLMServer)
     return deployment.options(
         name=POOL_NAMES[role],
-        **pool.to_serve_options(),
+        **_with_env(pool.to_serve_options(), config),
         **_router_options(role, config),
         # Engines take a while to load; give Serve's health check room.
         health_check_period_s=10,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -15,7 +16,10 @@ from app.model_source import resolve_model
 from app.openai_requests import RequestParser
 from app.orchestrator import Orchestrator
 from app.request_metrics import RayRequestMetrics
+from deployments.cluster_env import missing_cluster_env
 from deployments.pool_client import ServePoolClient
+
+logger = logging.getLogger("ray.serve")
 
 
 @serve.ingress()
@@ -28,10 +32,11 @@ class Ingress:
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model.source))
         parser = RequestParser(tokenizer, config.model.name, config.model.max_model_len)
         metrics = RayTransferMetrics()
+        grpc = config.request_path.grpc
         orchestrator = Orchestrator(
             config.mode,
-            decode=ServePoolClient(decode),
-            prefill=ServePoolClient(prefill) if config.mode is Mode.DISAGGREGATED else None,
+            decode=ServePoolClient(decode, grpc),
+            prefill=ServePoolClient(prefill, grpc) if config.mode is Mode.DISAGGREGATED else None,
             plan=transfer_plan(config.transport.kind, nixl_installed()),
             prefill_timeout_s=config.transport.prefill_timeout_s,
             transfer_timeout_s=config.transport.transfer_timeout_s,
@@ -39,6 +44,14 @@ class Ingress:
             max_prefill_backlog=config.router.max_prefill_backlog,
             on_transfer=metrics.record,
         )
+        missing = missing_cluster_env()
+        if missing:
+            logger.warning(
+                "Ray was started without %s: Serve's proxy takes the slow path to this "
+                "ingress (docs/performance.md). Export them before `serve run` or "
+                "`ray start`, as `make run` does.",
+                " ".join(missing),
+            )
         api_key = os.environ.get("SPLITSERVE_API_KEY") or config.ingress.api_key
         self._server = OpenAIServer(
             parser, orchestrator, config.ingress, api_key, on_complete=RayRequestMetrics().record

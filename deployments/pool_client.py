@@ -11,14 +11,22 @@ from app.records import GenerateRequest, PrefillResult, TokenChunk
 
 
 class ServePoolClient(PoolClient):
-    """Calls `LLMServer` replicas; Serve's router picks the replica."""
+    """Calls `LLMServer` replicas; Serve's router picks the replica.
 
-    def __init__(self, handle: Any) -> None:
+    With ``grpc``, calls go by value over Serve's gRPC channel, except those whose
+    request or result holds a Ray object reference (object-store KV): those stay Ray
+    actor calls, so Ray keeps the referenced KV alive while it is in flight.
+    """
+
+    def __init__(self, handle: Any, grpc: bool = False) -> None:
         self.handle = handle
         self._stream_handle = handle.options(stream=True)
+        self._fast = handle.options(_by_reference=False) if grpc else handle
+        self._fast_stream = self._fast.options(stream=True)
 
     async def prefill(self, request: GenerateRequest, transport: Transport) -> PrefillResult:
-        response = self.handle.prefill.remote(request, transport)
+        handle = self.handle if transport is Transport.OBJECT_STORE else self._fast
+        response = handle.prefill.remote(request, transport)
         try:
             result: PrefillResult = await response
         except BaseException:
@@ -27,7 +35,8 @@ class ServePoolClient(PoolClient):
         return result
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk]:
-        stream = self._stream_handle.generate.remote(request)
+        handle = self._stream_handle if request.kv_object is not None else self._fast_stream
+        stream = handle.generate.remote(request)
         finished = False
         try:
             async for chunk in stream:

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from app.engine_setup import free_port
+from deployments.cluster_env import serve_cluster_env
 
 
 def config_args(path: str | Path) -> dict[str, Any]:
@@ -53,7 +54,8 @@ class LocalApp:
 
         from deployments.builder import build_app
 
-        ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
+        with serve_cluster_env():
+            ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
         port = free_port("127.0.0.1")
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         args = merge(config_args(self.config_path), self.overrides)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app.engine_setup import free_port
+from deployments.cluster_env import serve_cluster_env
 from load_tests.local_app import config_args, merge
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,6 +102,10 @@ class TestnetCluster:
         self.url = ""
 
     def __enter__(self) -> TestnetCluster:
+        with serve_cluster_env():  # the head's processes and `ray start`'s inherit it
+            return self._start()
+
+    def _start(self) -> TestnetCluster:
         import ray
         from ray import serve
 

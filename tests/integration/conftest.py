@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from app.engine_setup import free_port
+from deployments.cluster_env import serve_cluster_env
 from load_tests.local_app import config_args as load_args
 
 CONFIGS = Path(__file__).parents[2] / "serve_configs"
@@ -61,12 +62,13 @@ def apps() -> Any:
 
     from deployments.builder import build_app
 
-    ray.init(
-        num_cpus=4,
-        include_dashboard=False,
-        log_to_driver=False,
-        namespace="splitserve-tests",
-    )
+    with serve_cluster_env():
+        ray.init(
+            num_cpus=4,
+            include_dashboard=False,
+            log_to_driver=False,
+            namespace="splitserve-tests",
+        )
     try:
         port = free_port("127.0.0.1")
         serve.start(http_options={"host": "127.0.0.1", "port": port})
