@@ -96,9 +96,11 @@ def vllm_server(port: int = 8011) -> Iterator[str]:
 
 
 @contextmanager
-def splitserve(config: str, overrides: dict[str, Any] | None = None) -> Iterator[str]:
+def splitserve(
+    config: str, overrides: dict[str, Any] | None = None, cluster_env: bool = True
+) -> Iterator[str]:
     overrides = merge({"model": {"max_model_len": MAX_MODEL_LEN}}, overrides or {})
-    with LocalApp(config, overrides=overrides) as app:
+    with LocalApp(config, overrides=overrides, cluster_env=cluster_env) as app:
         yield app.url
 
 
@@ -189,6 +191,12 @@ SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
     ),
     "splitserve disaggregated, every prompt remote": lambda: splitserve(
         "serve_configs/default.yaml", {"router": {"local_prefill_below_tokens": 0}}
+    ),
+    # Ray Serve's default request path: Ray actor calls, a thread and loop per replica.
+    "splitserve disaggregated, Serve's default request path": lambda: splitserve(
+        "serve_configs/default.yaml",
+        {"request_path": {"grpc": False, "replica_event_loop": False}},
+        cluster_env=False,
     ),
 }
 DEFAULT_SYSTEMS = list(SYSTEMS)[:4]

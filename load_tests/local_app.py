@@ -6,6 +6,7 @@ For benchmarks and soak runs that need both HTTP traffic and the replicas' handl
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +42,14 @@ class LocalApp:
         num_cpus: int = 2,
         name: str = "splitserve",
         overrides: dict[str, Any] | None = None,
+        cluster_env: bool = True,
     ):
         self.config_path = Path(config_path)
         self.overrides = overrides or {}
         self.num_cpus = num_cpus
         self.name = name
         self.url = ""
+        self.cluster_env = cluster_env
 
     def __enter__(self) -> LocalApp:
         import ray
@@ -54,7 +57,7 @@ class LocalApp:
 
         from deployments.builder import build_app
 
-        with serve_cluster_env():
+        with serve_cluster_env() if self.cluster_env else contextlib.nullcontext():
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
         port = free_port("127.0.0.1")
         serve.start(http_options={"host": "127.0.0.1", "port": port})
