@@ -2,7 +2,7 @@
 
 Serve's HTTP proxy is started by Serve's controller, not by the app, so the app's config
 cannot reach it. Two of its settings decide what each request and each streamed chunk
-costs on the proxy -> ingress hop (docs/performance.md, section 5):
+costs on the proxy -> ingress hop (docs/performance.md, section 7):
 
 - ``RAY_SERVE_PROXY_USE_GRPC=1``: the proxy calls the ingress by value over Serve's gRPC
   channel instead of as Ray actor calls;
