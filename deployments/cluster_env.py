@@ -34,8 +34,13 @@ def missing_cluster_env() -> list[str]:
 
 @contextmanager
 def serve_cluster_env() -> Iterator[None]:
-    """Set the settings this process's environment lacks (for a ``ray.init`` inside), then
-    restore the environment."""
+    """Set the settings this process's environment lacks for the Ray processes a
+    ``ray.init`` inside starts, then restore the environment."""
+    # This process's own Serve reads its settings once, at import: import it first, so
+    # that its handles keep working outside an event loop (a router on the caller's own
+    # loop needs one).
+    import ray.serve  # noqa: F401
+
     added = [key for key in SERVE_CLUSTER_ENV if key not in os.environ]
     os.environ.update({key: SERVE_CLUSTER_ENV[key] for key in added})
     try:
