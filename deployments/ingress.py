@@ -9,6 +9,7 @@ from typing import Any
 from ray import serve
 
 from app.config import AppConfig, Mode
+from app.cpu_affinity import pin_process
 from app.http_api import OpenAIServer
 from app.kv_transport.fallback import nixl_installed, transfer_plan
 from app.kv_transport.transfer_metrics import RayTransferMetrics
@@ -28,6 +29,10 @@ class Ingress:
 
     def __init__(self, config: AppConfig, decode: Any, prefill: Any = None) -> None:
         from transformers import AutoTokenizer
+
+        if config.ingress.cpu_affinity is not None:
+            cores = pin_process(config.ingress.cpu_affinity, "ingress.cpu_affinity")
+            logger.info("ingress bound to cores %s", sorted(cores))
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model.source))
         parser = RequestParser(tokenizer, config.model.name, config.model.max_model_len)

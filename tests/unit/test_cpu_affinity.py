@@ -1,0 +1,65 @@
+"""Binding a whole process to cores (`ingress.cpu_affinity`)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from app.config import AppConfig
+from app.cpu_affinity import parse_cores
+
+
+def test_core_lists_parse():
+    assert parse_cores("0") == {0}
+    assert parse_cores("2-4") == {2, 3, 4}
+    assert parse_cores("0,2-3") == {0, 2, 3}
+    with pytest.raises(ValueError, match="backwards"):
+        parse_cores("3-1")
+
+
+@pytest.mark.parametrize("bad", ["", "all", "0-", "a,b", "1;2"])
+def test_config_refuses_what_is_not_a_core_list(bad):
+    with pytest.raises(ValidationError, match="cpu_affinity"):
+        AppConfig.model_validate({"ingress": {"cpu_affinity": bad}})
+
+
+PROBE = """
+import json, os, threading
+from app.cpu_affinity import pin_process
+started = threading.Event(); stop = threading.Event()
+def work():
+    started.set(); stop.wait()
+before = threading.Thread(target=work, daemon=True); before.start(); started.wait()
+cores = pin_process({spec!r}, "ingress.cpu_affinity")
+after = threading.Thread(target=work, daemon=True); after.start()
+print(json.dumps({{
+    "cores": sorted(cores),
+    "threads": [sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")],
+}}))
+stop.set()
+"""
+
+
+def _probe(spec: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", PROBE.format(spec=spec)], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_every_thread_is_bound_including_later_ones():
+    core = min(os.sched_getaffinity(0))
+    result = _probe(str(core))
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["cores"] == [core]
+    assert len(shown["threads"]) >= 3
+    assert all(threads == [core] for threads in shown["threads"]), shown
+
+
+def test_cores_this_node_lacks_are_refused_naming_the_field():
+    result = _probe("4096")
+    assert result.returncode != 0
+    assert "ingress.cpu_affinity='4096': this node has cores" in result.stderr
