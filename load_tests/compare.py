@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import random
 import subprocess
@@ -41,7 +40,7 @@ from typing import Any
 
 import httpx
 
-from app.advice.goodput import SLO, attainment, find_goodput
+from app.advice.goodput import SLO, attainment, find_goodput, requests_at
 from app.model_source import resolve_model
 from load_tests.loadgen import run_at_rate
 from load_tests.local_app import LocalApp, merge
@@ -160,9 +159,7 @@ def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any
         slo = SLO(args.slo_ttft_ms / 1000, args.slo_tpot_ms / 1000)
 
         def attained(rate: float) -> float:
-            # Enough requests for ``goodput_seconds`` of arrivals: a short burst drains
-            # inside the SLO at any rate and would overstate goodput.
-            count = max(args.goodput_requests, math.ceil(rate * args.goodput_seconds))
+            count = requests_at(rate, args.goodput_seconds, args.goodput_requests)
             sweep = mixed(random.Random(args.seed + 2), count)
             timings, failures, _ = asyncio.run(
                 run_at_rate(url, sweep, rate, args.seed, progress=args.progress)

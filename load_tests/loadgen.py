@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import random
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
-from app.advice.goodput import SLO, attainment, find_goodput
+from app.advice.goodput import SLO, attainment, find_goodput, requests_at
 from load_tests.run_conditions import app_settings, machine
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import one_request
@@ -118,7 +117,7 @@ def main() -> None:
     def measure(rate: float) -> float:
         batch = requests
         if args.goodput:  # at least --goodput-seconds of arrivals at every rate tried
-            count = max(args.requests, math.ceil(rate * args.goodput_seconds))
+            count = requests_at(rate, args.goodput_seconds, args.requests)
             batch = WORKLOADS[args.workload](random.Random(args.seed), count)
         timings, failures, wall = asyncio.run(run_at_rate(args.url, batch, rate, args.seed))
         runs.append({"rate": rate, **summary(timings, failures, wall, slo)})

@@ -44,6 +44,15 @@ def attainment(timings: Sequence[Timed], slo: SLO, failed: int = 0) -> float:
     return sum(1 for t in timings if slo.met_by(t)) / total
 
 
+def requests_at(rate: float, seconds: float, fewest: int) -> int:
+    """Requests to send at ``rate`` for ``seconds`` of arrivals, at least ``fewest``.
+
+    Every rate a goodput search tries must last: a short burst drains inside the SLO at
+    any rate and would overstate goodput.
+    """
+    return max(fewest, math.ceil(rate * seconds))
+
+
 @dataclass
 class GoodputSearch:
     """The rates tried and the attainment measured at each, in the order tried."""

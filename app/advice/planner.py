@@ -9,11 +9,10 @@ both the TTFT and the TPOT SLO. Candidates rank by goodput per accelerator.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from app.advice.engine_profile import EngineProfile
-from app.advice.goodput import SLO, attainment, find_goodput
+from app.advice.goodput import SLO, attainment, find_goodput, requests_at
 from app.advice.simulator import Topology, poisson_arrivals, simulate
 
 
@@ -49,7 +48,7 @@ def goodput(
     slo = SLO(ttft_s, tpot_s)
 
     def share(rate: float) -> float:
-        count = max(len(lengths), math.ceil(rate * duration_s))
+        count = requests_at(rate, duration_s, len(lengths))
         workload = [lengths[i % len(lengths)] for i in range(count)]
         shares = [
             attainment(simulate(poisson_arrivals(rate, workload, seed), profile, topology), slo)

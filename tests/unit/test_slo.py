@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from app.advice.goodput import SLO, attainment, find_goodput
+from app.advice.goodput import SLO, attainment, find_goodput, requests_at
 from load_tests.stats import StreamTiming
 
 SLO_ = SLO(ttft_s=0.2, tpot_s=0.05)
@@ -54,3 +54,9 @@ def test_bad_search_parameters_are_refused():
     with pytest.raises(ValueError):
         find_goodput(lambda rate: 1.0, start_rate=0)
     assert math.isnan(StreamTiming(0.1, 0.1, 1).tpot)
+
+
+def test_each_rate_lasts_the_given_seconds_with_a_floor():
+    assert requests_at(10.0, 20.0, 40) == 200
+    assert requests_at(0.5, 20.0, 40) == 40
+    assert requests_at(2.5, 3.0, 1) == 8  # rounded up
