@@ -55,6 +55,28 @@ class ModelConfig(_Strict):
     tensor_parallel_size: int = Field(1, ge=1, description="Tensor parallel degree per engine.")
     seed: int = Field(0, description="Engine seed (sampling with temperature > 0).")
     max_num_seqs: int = Field(64, gt=0, description="Most sequences in one engine batch.")
+    executor: Literal["auto", "uni", "mp"] = Field(
+        "auto",
+        description="Where the model runs: `uni` inside vLLM's engine-core process, `mp` in "
+        "worker processes of their own. `auto` picks `uni` when tensor_parallel_size is 1 "
+        "(vLLM's CPU platform would otherwise add a worker process per engine), else `mp`.",
+    )
+
+    @model_validator(mode="after")
+    def _executor_fits_parallelism(self) -> ModelConfig:
+        if self.executor == "uni" and self.tensor_parallel_size > 1:
+            raise ValueError(
+                "model.executor 'uni' runs one worker; tensor_parallel_size "
+                f"{self.tensor_parallel_size} needs 'mp' (or 'auto')"
+            )
+        return self
+
+    @property
+    def executor_backend(self) -> Literal["uni", "mp"]:
+        """The vLLM executor the engines use (``executor`` with ``auto`` resolved)."""
+        if self.executor != "auto":
+            return self.executor
+        return "uni" if self.tensor_parallel_size == 1 else "mp"
 
     @property
     def name(self) -> str:

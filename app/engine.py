@@ -11,8 +11,9 @@ three calls the Serve deployments forward:
 - ``stats()``: counters from the engine's own Prometheus metrics (prefix-cache hits,
   external (transferred) hits, NIXL bytes) so callers can see what really happened.
 
-vLLM runs its engine core in a child process it spawns itself; env vars must therefore
-be set before the engine is built, which is why the adapter sets them.
+vLLM runs its engine core in a child process it spawns itself (with ``model.executor``
+``uni``, the default, the model runs in that process too); env vars must therefore be
+set before the engine is built, which is why the adapter sets them.
 """
 
 from __future__ import annotations
@@ -96,8 +97,14 @@ class EngineServer:
         engine_id = f"{role.value}-{uuid.uuid4().hex[:12]}"
         port = free_port(side_channel_host(config.transport.side_channel_host))
         os.environ.update(engine_environment(role, pool, config, port))
-        args = engine_arguments(role, config, model_path, engine_id)
-        engine = AsyncLLM.from_engine_args(args)
+        vllm_config = engine_arguments(role, config, model_path, engine_id).create_engine_config()
+        # vLLM's CPU platform turns the `uni` executor into `mp` while it checks the
+        # config, which adds a worker process (~0.5 GiB, and a shared-memory queue hop
+        # per step) to each engine. Set after that check, `uni` runs the model in the
+        # engine-core process; its environment (OpenMP binding, libgomp preload) is
+        # inherited from this one, which is what the worker process would have had.
+        vllm_config.parallel_config.distributed_executor_backend = config.model.executor_backend
+        engine = AsyncLLM.from_vllm_config(vllm_config)
         return cls(
             engine,
             role,

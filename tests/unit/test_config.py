@@ -80,3 +80,16 @@ def test_served_name_defaults_from_source():
     assert AppConfig.model_validate({"model": {"source": "/m/llama"}}).model.name == "/m/llama"
     named = AppConfig.model_validate({"model": {"source": "/m/llama", "served_name": "llama"}})
     assert named.model.name == "llama"
+
+
+def test_executor_runs_the_model_in_the_engine_core_unless_parallel():
+    assert AppConfig().model.executor_backend == "uni"
+    parallel = AppConfig.model_validate({"model": {"tensor_parallel_size": 2}})
+    assert parallel.model.executor_backend == "mp"
+    chosen = AppConfig.model_validate({"model": {"executor": "mp"}})
+    assert chosen.model.executor_backend == "mp"
+
+
+def test_uni_executor_with_tensor_parallelism_is_refused():
+    with pytest.raises(ValidationError, match=r"model\.executor 'uni'"):
+        AppConfig.model_validate({"model": {"executor": "uni", "tensor_parallel_size": 2}})
