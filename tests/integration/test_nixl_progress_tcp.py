@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ ROOT = Path(__file__).parents[2]
 PAIR = [sys.executable, "-m", "tests.integration.nixl_pair"]
 
 
-def _read_from_idle_target(folder: Path, env: dict[str, str], seconds: float) -> dict:
+def _read_from_idle_target(folder: Path, env: dict[str, str], seconds: float) -> dict[str, Any]:
     environment = {**os.environ, "UCX_TLS": "tcp", **env}
     target = subprocess.Popen([*PAIR, "target", str(folder)], cwd=ROOT, env=environment)
     try:
@@ -42,7 +43,8 @@ def _read_from_idle_target(folder: Path, env: dict[str, str], seconds: float) ->
         )
         lines = [line for line in initiator.stdout.splitlines() if line.startswith("{")]
         assert lines, initiator.stderr[-3000:]
-        return json.loads(lines[-1])
+        result: dict[str, Any] = json.loads(lines[-1])
+        return result
     finally:
         (folder / "done").touch()
         target.wait(timeout=30)
