@@ -189,6 +189,10 @@ SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
     "splitserve disaggregated, every prompt remote": lambda: splitserve(
         "serve_configs/default.yaml", {"router": {"local_prefill_below_tokens": 0}}
     ),
+    # vLLM's CPU default: the model in a worker process of its own, beside the engine core.
+    "splitserve disaggregated, engine worker processes": lambda: splitserve(
+        "serve_configs/default.yaml", {"model": {"executor": "mp"}}
+    ),
     # Ray Serve's default request path: Ray actor calls, a thread and loop per replica.
     "splitserve disaggregated, Serve's default request path": lambda: splitserve(
         "serve_configs/default.yaml",
