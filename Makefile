@@ -30,9 +30,13 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -c "import vllm, ray, nixl._api, starlette, pydantic; print('setup ok: vllm', vllm.__version__, 'ray', ray.__version__)"
 	touch $(STAMP)
 
-# Serve's proxy reads these when Ray starts, never from the app's config
-# (deployments/cluster_env.py, docs/performance.md).
-SERVE_CLUSTER_ENV := RAY_SERVE_PROXY_USE_GRPC=1 RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0
+# Serve's proxy and controller read these when Ray starts, never from the app's config
+# (deployments/cluster_env.py, docs/performance.md). With them the ingress also serves
+# HTTP itself on :8100, skipping the proxy's hop; the proxy keeps :8000.
+SERVE_CLUSTER_ENV := RAY_SERVE_PROXY_USE_GRPC=1 RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0 \
+	RAY_SERVE_ENABLE_DIRECT_INGRESS=1 RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT=8100 \
+	RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT=8116 RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S=2 \
+	RAY_SERVE_PORT_QUARANTINE_S=0
 
 run: setup
 	env $(SERVE_CLUSTER_ENV) $(VENV)/bin/serve run $(CONFIG)

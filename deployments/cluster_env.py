@@ -1,29 +1,46 @@
 """Ray Serve settings that take effect only when the Ray cluster starts with them.
 
-Serve's HTTP proxy is started by Serve's controller, not by the app, so the app's config
-cannot reach it. Two of its settings decide what each request and each streamed chunk
-costs on the proxy -> ingress hop (docs/performance.md, section 7):
+Serve's HTTP proxy and its port allocation are run by Serve's controller, not by the app,
+so the app's config cannot reach them (docs/performance.md, sections 7 and 8):
 
 - ``RAY_SERVE_PROXY_USE_GRPC=1``: the proxy calls the ingress by value over Serve's gRPC
   channel instead of as Ray actor calls;
 - ``RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0``: the proxy routes on its own event loop
-  instead of handing each request to a second loop in another thread.
+  instead of handing each request to a second loop in another thread;
+- ``RAY_SERVE_ENABLE_DIRECT_INGRESS=1`` with the HTTP port range
+  ``RAY_SERVE_DIRECT_INGRESS_{MIN,MAX}_HTTP_PORT`` [8100, 8116): each ingress replica also
+  serves HTTP itself, on the lowest free port of the range, so a request skips the proxy
+  and its hop. Serve's proxy keeps serving ``http_options.port`` (8000) as before. With
+  no load balancer in front, the drain period and the port quarantine are cut to what a
+  single machine needs.
 
 They must be in the environment of the processes that start Ray: ``make run`` exports
 them for ``serve run``; with ``ray start`` or KubeRay, set them on every node. The test
 and benchmark harnesses apply them with :func:`serve_cluster_env` before ``ray.init``.
-A value already in the environment wins, so either can be turned off.
+A value already in the environment wins, so any of them can be turned off.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+DIRECT_PORT_ENV = "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"
+DIRECT_PORT_END_ENV = "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"  # exclusive
 
 SERVE_CLUSTER_ENV = {
     "RAY_SERVE_PROXY_USE_GRPC": "1",
     "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
+    "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+    DIRECT_PORT_ENV: "8100",
+    DIRECT_PORT_END_ENV: "8116",
+    # Without a load balancer in front (Ray pairs direct ingress with HAProxy), nothing
+    # needs an ingress to keep draining 30 s when it stops, nor its port held back for
+    # 150 s: a restarted ingress takes its port again at once.
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
+    "RAY_SERVE_PORT_QUARANTINE_S": "0",
 }
 
 
@@ -32,19 +49,49 @@ def missing_cluster_env() -> list[str]:
     return [f"{key}={value}" for key, value in SERVE_CLUSTER_ENV.items() if key not in os.environ]
 
 
+def free_port_range(host: str, count: int) -> int:
+    """The first of ``count`` consecutive TCP ports that are all free on ``host`` now."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+            first = int(probe.getsockname()[1])
+        if first + count > 65536:
+            continue
+        try:
+            for port in range(first, first + count):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                    sock.bind((host, port))
+        except OSError:
+            continue
+        return first
+    raise RuntimeError(f"no {count} consecutive free ports on {host}")
+
+
 @contextmanager
-def serve_cluster_env() -> Iterator[None]:
+def serve_cluster_env(direct_ports: int | None = None) -> Iterator[int | None]:
     """Set the settings this process's environment lacks for the Ray processes a
-    ``ray.init`` inside starts, then restore the environment."""
+    ``ray.init`` inside starts, then restore the environment.
+
+    ``direct_ports``: the first of a range of free ports for the ingress replicas' own
+    servers, instead of 8100 (harnesses that share a machine pass a free range). Yields
+    the port the first ingress replica will serve on directly, or None if direct
+    ingress is off.
+    """
     # This process's own Serve reads its settings once, at import: import it first, so
     # that its handles keep working outside an event loop (a router on the caller's own
     # loop needs one).
     import ray.serve  # noqa: F401
 
-    added = [key for key in SERVE_CLUSTER_ENV if key not in os.environ]
-    os.environ.update({key: SERVE_CLUSTER_ENV[key] for key in added})
+    wanted = dict(SERVE_CLUSTER_ENV)
+    if direct_ports is not None:
+        width = int(wanted[DIRECT_PORT_END_ENV]) - int(wanted[DIRECT_PORT_ENV])
+        wanted[DIRECT_PORT_ENV] = str(direct_ports)
+        wanted[DIRECT_PORT_END_ENV] = str(direct_ports + width)
+    added = [key for key in wanted if key not in os.environ]
+    os.environ.update({key: wanted[key] for key in added})
+    direct = os.environ["RAY_SERVE_ENABLE_DIRECT_INGRESS"] == "1"
     try:
-        yield
+        yield int(os.environ[DIRECT_PORT_ENV]) if direct else None
     finally:
         for key in added:
             os.environ.pop(key, None)

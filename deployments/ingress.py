@@ -52,9 +52,9 @@ class Ingress:
         missing = missing_cluster_env()
         if missing:
             logger.warning(
-                "Ray was started without %s: Serve's proxy takes the slow path to this "
-                "ingress (docs/performance.md). Export them before `serve run` or "
-                "`ray start`, as `make run` does.",
+                "Ray was started without %s: requests reach this ingress only through "
+                "Serve's proxy, and by its slower path (docs/performance.md). Export "
+                "them before `serve run` or `ray start`, as `make run` does.",
                 " ".join(missing),
             )
         api_key = os.environ.get("SPLITSERVE_API_KEY") or config.ingress.api_key

@@ -96,11 +96,14 @@ def vllm_server(port: int = 8011) -> Iterator[str]:
 
 @contextmanager
 def splitserve(
-    config: str, overrides: dict[str, Any] | None = None, cluster_env: bool = True
+    config: str,
+    overrides: dict[str, Any] | None = None,
+    cluster_env: bool = True,
+    via_proxy: bool = False,
 ) -> Iterator[str]:
     overrides = merge({"model": {"max_model_len": MAX_MODEL_LEN}}, overrides or {})
     with LocalApp(config, overrides=overrides, cluster_env=cluster_env) as app:
-        yield app.url
+        yield app.proxy_url if via_proxy else app.url
 
 
 async def _warm_up(url: str) -> None:
@@ -188,6 +191,10 @@ SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
     ),
     "splitserve disaggregated, every prompt remote": lambda: splitserve(
         "serve_configs/default.yaml", {"router": {"local_prefill_below_tokens": 0}}
+    ),
+    # The same app, its clients going through Serve's proxy (port 8000 under `make run`).
+    "splitserve disaggregated, through Serve's proxy": lambda: splitserve(
+        "serve_configs/default.yaml", via_proxy=True
     ),
     # vLLM's CPU default: the model in a worker process of its own, beside the engine core.
     "splitserve disaggregated, engine worker processes": lambda: splitserve(

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from app.engine_setup import free_port
-from deployments.cluster_env import serve_cluster_env
+from deployments.cluster_env import free_port_range, serve_cluster_env
 
 
 def config_args(path: str | Path) -> dict[str, Any]:
@@ -48,7 +48,8 @@ class LocalApp:
         self.overrides = overrides or {}
         self.num_cpus = num_cpus
         self.name = name
-        self.url = ""
+        self.url = ""  # where clients go: the ingress's own server, else the proxy
+        self.proxy_url = ""  # Serve's proxy
         self.cluster_env = cluster_env
 
     def __enter__(self) -> LocalApp:
@@ -57,13 +58,21 @@ class LocalApp:
 
         from deployments.builder import build_app
 
-        with serve_cluster_env() if self.cluster_env else contextlib.nullcontext():
+        direct_ports = free_port_range("127.0.0.1", 16)
+        with (
+            serve_cluster_env(direct_ports) if self.cluster_env else contextlib.nullcontext()
+        ) as direct_port:
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
         port = free_port("127.0.0.1")
+        while direct_ports <= port < direct_ports + 16:
+            port = free_port("127.0.0.1")
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         args = merge(config_args(self.config_path), self.overrides)
         serve.run(build_app(args), name=self.name, route_prefix="/")
-        self.url = f"http://127.0.0.1:{port}"
+        self.proxy_url = f"http://127.0.0.1:{port}"
+        # With direct ingress (the cluster settings' default) the app's one ingress
+        # replica serves on the range's first port, without the proxy's hop.
+        self.url = f"http://127.0.0.1:{direct_port}" if direct_port else self.proxy_url
         return self
 
     def handle(self, deployment: str) -> Any:

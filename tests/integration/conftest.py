@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from app.engine_setup import free_port
-from deployments.cluster_env import serve_cluster_env
+from deployments.cluster_env import free_port_range, serve_cluster_env
 from load_tests.local_app import config_args as load_args
 
 CONFIGS = Path(__file__).parents[2] / "serve_configs"
@@ -45,6 +45,19 @@ def config_args(name: str) -> dict[str, Any]:
 class Apps:
     disaggregated: str  # base URL of the disaggregated app
     colocated: str  # base URL of the colocated reference app
+    proxy: str  # base URL of Serve's proxy, which serves both apps too (route prefixes)
+
+
+def _direct_ingress_urls(first_port: int, count: int) -> dict[str, str]:
+    """Route prefix -> base URL of each ingress replica's own server (direct ingress)."""
+    import httpx
+
+    urls = {}
+    for port in range(first_port, first_port + count):
+        routes = httpx.get(f"http://127.0.0.1:{port}/-/routes", timeout=10).json()
+        for prefix in routes:
+            urls[prefix] = f"http://127.0.0.1:{port}" + prefix.rstrip("/")
+    return urls
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -62,7 +75,8 @@ def apps() -> Any:
 
     from deployments.builder import build_app
 
-    with serve_cluster_env():
+    direct_ports = free_port_range("127.0.0.1", 16)
+    with serve_cluster_env(direct_ports) as direct_port:
         ray.init(
             num_cpus=4,
             include_dashboard=False,
@@ -71,13 +85,20 @@ def apps() -> Any:
         )
     try:
         port = free_port("127.0.0.1")
+        while direct_ports <= port < direct_ports + 16:
+            port = free_port("127.0.0.1")
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         serve.run(build_app(config_args("default.yaml")), name="splitserve", route_prefix="/")
         serve.run(
             build_app(config_args("colocated.yaml")), name="colocated", route_prefix="/colocated"
         )
-        base = f"http://127.0.0.1:{port}"
-        yield Apps(disaggregated=base, colocated=f"{base}/colocated")
+        proxy = f"http://127.0.0.1:{port}"
+        if direct_port is None:
+            yield Apps(disaggregated=proxy, colocated=f"{proxy}/colocated", proxy=proxy)
+        else:
+            # The tests go the way `make run` serves: straight to each app's ingress.
+            direct = _direct_ingress_urls(direct_port, 2)
+            yield Apps(disaggregated=direct["/"], colocated=direct["/colocated"], proxy=proxy)
     finally:
         serve.shutdown()
         ray.shutdown()

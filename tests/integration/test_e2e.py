@@ -57,6 +57,18 @@ def test_models_and_health(apps, http):
     assert [m["id"] for m in models["data"]] == ["tiny-llama"]
 
 
+def test_serves_proxy_clients_the_same(apps, http):
+    """Serve's proxy (`serve run` without the cluster settings, port 8000) serves both apps
+    too, with the same outputs as the ingress's own server the other tests use."""
+    body = {**GREEDY, "prompt": random_prompt(9005, 300), "max_tokens": 16, "stream": True}
+    for direct, via_proxy in (
+        (apps.disaggregated, apps.proxy),
+        (apps.colocated, f"{apps.proxy}/colocated"),
+    ):
+        want = streamed_text(stream_events(http, direct, "/v1/completions", body))
+        assert streamed_text(stream_events(http, via_proxy, "/v1/completions", body)) == want
+
+
 def test_concurrent_streams_batch_tokens_into_fewer_chunks(apps, http):
     """With several streams on a replica, each waits (streams / budget) between chunks,
     so one chunk carries the tokens of several engine steps; every token still arrives."""

@@ -4,13 +4,19 @@ import os
 import re
 from pathlib import Path
 
-from deployments.cluster_env import SERVE_CLUSTER_ENV, missing_cluster_env, serve_cluster_env
+from deployments.cluster_env import (
+    SERVE_CLUSTER_ENV,
+    free_port_range,
+    missing_cluster_env,
+    serve_cluster_env,
+)
 
 MAKEFILE = Path(__file__).parents[2] / "Makefile"
 
 
 def test_make_run_exports_the_same_settings():
-    line = re.search(r"^SERVE_CLUSTER_ENV := (.*)$", MAKEFILE.read_text(), re.MULTILINE)
+    makefile = MAKEFILE.read_text().replace("\\\n", " ")  # join continued lines
+    line = re.search(r"^SERVE_CLUSTER_ENV := (.*)$", makefile, re.MULTILINE)
     assert line, "Makefile lost SERVE_CLUSTER_ENV"
     assert dict(item.split("=", 1) for item in line.group(1).split()) == SERVE_CLUSTER_ENV
 
@@ -19,10 +25,33 @@ def test_harness_sets_what_is_missing_keeps_what_is_set_and_restores(monkeypatch
     for key in SERVE_CLUSTER_ENV:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("RAY_SERVE_PROXY_USE_GRPC", "0")  # the user turned it off
-    assert missing_cluster_env() == ["RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0"]
-    with serve_cluster_env():
+    missing = [key for key in SERVE_CLUSTER_ENV if key != "RAY_SERVE_PROXY_USE_GRPC"]
+    assert missing_cluster_env() == [f"{key}={SERVE_CLUSTER_ENV[key]}" for key in missing]
+    with serve_cluster_env() as direct_port:
+        assert direct_port == 8100
         assert os.environ["RAY_SERVE_PROXY_USE_GRPC"] == "0"
         assert os.environ["RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP"] == "0"
         assert missing_cluster_env() == []
     assert "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP" not in os.environ
     assert os.environ["RAY_SERVE_PROXY_USE_GRPC"] == "0"
+
+
+def test_harness_moves_the_direct_ingress_ports_or_leaves_them_off(monkeypatch):
+    for key in SERVE_CLUSTER_ENV:
+        monkeypatch.delenv(key, raising=False)
+    with serve_cluster_env(direct_ports=41000) as direct_port:
+        assert direct_port == 41000
+        assert os.environ["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"] == "41000"
+        assert os.environ["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"] == "41016"
+    monkeypatch.setenv("RAY_SERVE_ENABLE_DIRECT_INGRESS", "0")
+    with serve_cluster_env(direct_ports=41000) as direct_port:
+        assert direct_port is None
+
+
+def test_a_free_port_range_is_free():
+    import socket
+
+    first = free_port_range("127.0.0.1", 4)
+    for port in range(first, first + 4):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
