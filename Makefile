@@ -1,5 +1,5 @@
 # splitserve: every habitual command has one short name here.
-#   make run    set up what is missing, then serve serve_configs/default.yaml on 127.0.0.1:8000
+#   make run    set up what is missing, then serve serve_configs/default.yaml on 127.0.0.1:8100 (and :8000)
 #   make test   set up what is missing, then run the test suite (unit + integration)
 SHELL := /bin/bash
 PYTHON ?= python3

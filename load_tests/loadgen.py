@@ -1,6 +1,6 @@
 """Open-loop load generator (Poisson arrivals) with SLO attainment and goodput.
 
-    python -m load_tests.loadgen --url http://127.0.0.1:8000 --workload mixed --rate 4 \
+    python -m load_tests.loadgen --url http://127.0.0.1:8100 --workload mixed --rate 4 \
         --requests 200 --slo-ttft-ms 500 --slo-tpot-ms 50 [--goodput]
 
 Sends requests from ``--workload`` at exponentially distributed intervals (mean
@@ -95,7 +95,7 @@ def summary(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--url", default="http://127.0.0.1:8100")
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="mixed")
     parser.add_argument("--rate", type=float, default=4.0, help="requests per second")
     parser.add_argument("--requests", type=int, default=100)

@@ -1,12 +1,12 @@
 """Fixed-concurrency streaming benchmark against any OpenAI-compatible completions endpoint.
 
-    python -m load_tests.stream_bench --url http://127.0.0.1:8000 --concurrency 1 \
+    python -m load_tests.stream_bench --url http://127.0.0.1:8100 --concurrency 1 \
         --requests 50 --input-len 128 --output-len 128
 
 Each request streams a completion of random token ids (fixed input length, ``ignore_eos``
 so the output length is fixed too) and records TTFT, TPOT (per token, from the usage
 count) and end-to-end time. Reads every stream until the server closes it (an early
-close looks like a disconnect to Ray's proxy). Prints JSON with p50/p95/p99 and the
+close looks like a client disconnect). Prints JSON with p50/p95/p99 and the
 run conditions. Only point it at loopback or the project's own test hosts.
 """
 
@@ -17,12 +17,34 @@ import asyncio
 import json
 import platform
 import random
+import re
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
 from load_tests.stats import StreamTiming, summarize
+
+
+async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """The lines of an SSE stream, split where the SSE spec splits them (CR, LF, CRLF).
+
+    httpx's ``aiter_lines`` also splits on the other Unicode line breaks (U+2028, U+0085,
+    ...), which servers that write JSON without escaping non-ASCII (vLLM's does) leave
+    raw inside an event when the model generates them.
+    """
+    pending = ""
+    async for text in response.aiter_text():
+        pending += text
+        # A trailing CR may be the first half of a CRLF: keep it for the next chunk.
+        complete, tail = (pending[:-1], "\r") if pending.endswith("\r") else (pending, "")
+        *lines, pending = re.split(r"\r\n|\r|\n", complete)
+        pending += tail
+        for line in lines:
+            yield line
+    if pending.rstrip("\r"):
+        yield pending.rstrip("\r")
 
 
 async def one_request(
@@ -47,10 +69,13 @@ async def one_request(
     async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
         if response.status_code != 200:
             raise RuntimeError(f"HTTP {response.status_code}: {await response.aread()!r}")
-        async for line in response.aiter_lines():
+        async for line in sse_lines(response):
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            event = json.loads(line[6:])
+            try:
+                event = json.loads(line[6:])
+            except json.JSONDecodeError as exc:
+                raise RuntimeError(f"malformed event {line[:200]!r}: {exc}") from exc
             if "error" in event:
                 raise RuntimeError(event["error"]["message"])
             if event.get("usage"):
@@ -139,7 +164,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--url", default="http://127.0.0.1:8100")
     parser.add_argument("--model", default=None)
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--requests", type=int, default=50)
