@@ -59,7 +59,8 @@ class ModelConfig(_Strict):
         "auto",
         description="Where the model runs: `uni` inside vLLM's engine-core process, `mp` in "
         "worker processes of their own. `auto` picks `uni` when tensor_parallel_size is 1 "
-        "(vLLM's CPU platform would otherwise add a worker process per engine), else `mp`.",
+        "(vLLM's CPU platform would otherwise add a worker process per engine), else "
+        "vLLM's own choice.",
     )
 
     @model_validator(mode="after")
@@ -72,11 +73,12 @@ class ModelConfig(_Strict):
         return self
 
     @property
-    def executor_backend(self) -> Literal["uni", "mp"]:
-        """The vLLM executor the engines use (``executor`` with ``auto`` resolved)."""
+    def executor_backend(self) -> Literal["uni", "mp"] | None:
+        """The vLLM executor the engines are set to; None keeps vLLM's own choice (``auto``
+        with tensor parallelism: ``mp``, or ``ray`` inside a Ray placement group)."""
         if self.executor != "auto":
             return self.executor
-        return "uni" if self.tensor_parallel_size == 1 else "mp"
+        return "uni" if self.tensor_parallel_size == 1 else None
 
     @property
     def name(self) -> str:

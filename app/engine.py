@@ -103,7 +103,9 @@ class EngineServer:
         # per step) to each engine. Set after that check, `uni` runs the model in the
         # engine-core process; its environment (OpenMP binding, libgomp preload) is
         # inherited from this one, which is what the worker process would have had.
-        vllm_config.parallel_config.distributed_executor_backend = config.model.executor_backend
+        backend = config.model.executor_backend
+        if backend is not None:
+            vllm_config.parallel_config.distributed_executor_backend = backend
         engine = AsyncLLM.from_vllm_config(vllm_config)
         return cls(
             engine,

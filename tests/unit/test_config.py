@@ -85,7 +85,7 @@ def test_served_name_defaults_from_source():
 def test_executor_runs_the_model_in_the_engine_core_unless_parallel():
     assert AppConfig().model.executor_backend == "uni"
     parallel = AppConfig.model_validate({"model": {"tensor_parallel_size": 2}})
-    assert parallel.model.executor_backend == "mp"
+    assert parallel.model.executor_backend is None  # vLLM's own choice
     chosen = AppConfig.model_validate({"model": {"executor": "mp"}})
     assert chosen.model.executor_backend == "mp"
 
