@@ -1,7 +1,7 @@
 """Ray Serve settings that take effect only when the Ray cluster starts with them.
 
 Serve's HTTP proxy and its port allocation are run by Serve's controller, not by the app,
-so the app's config cannot reach them (docs/performance.md, sections 7 and 8):
+so the app's config cannot reach them (docs/performance.md, sections 7 and 9):
 
 - ``RAY_SERVE_PROXY_USE_GRPC=1``: the proxy calls the ingress by value over Serve's gRPC
   channel instead of as Ray actor calls;
