@@ -27,15 +27,18 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from app.engine_setup import free_port
+
 DIRECT_PORT_ENV = "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"
 DIRECT_PORT_END_ENV = "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"  # exclusive
+DIRECT_PORT_COUNT = 16  # ingress replicas one node can serve directly
 
 SERVE_CLUSTER_ENV = {
     "RAY_SERVE_PROXY_USE_GRPC": "1",
     "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
     "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
     DIRECT_PORT_ENV: "8100",
-    DIRECT_PORT_END_ENV: "8116",
+    DIRECT_PORT_END_ENV: str(8100 + DIRECT_PORT_COUNT),
     # Without a load balancer in front (Ray pairs direct ingress with HAProxy), nothing
     # needs an ingress to keep draining 30 s when it stops, nor its port held back for
     # 150 s: a restarted ingress takes its port again at once.
@@ -52,9 +55,7 @@ def missing_cluster_env() -> list[str]:
 def free_port_range(host: str, count: int) -> int:
     """The first of ``count`` consecutive TCP ports that are all free on ``host`` now."""
     for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind((host, 0))
-            first = int(probe.getsockname()[1])
+        first = free_port(host)
         if first + count > 65536:
             continue
         try:
@@ -65,6 +66,17 @@ def free_port_range(host: str, count: int) -> int:
             continue
         return first
     raise RuntimeError(f"no {count} consecutive free ports on {host}")
+
+
+def harness_ports(host: str) -> tuple[int, int]:
+    """For a harness's own cluster: the first of a free range for the ingress replicas'
+    own servers (pass it to :func:`serve_cluster_env`), and a free port outside that
+    range for Serve's proxy."""
+    direct = free_port_range(host, DIRECT_PORT_COUNT)
+    proxy = free_port(host)
+    while direct <= proxy < direct + DIRECT_PORT_COUNT:
+        proxy = free_port(host)
+    return direct, proxy
 
 
 @contextmanager
@@ -84,9 +96,8 @@ def serve_cluster_env(direct_ports: int | None = None) -> Iterator[int | None]:
 
     wanted = dict(SERVE_CLUSTER_ENV)
     if direct_ports is not None:
-        width = int(wanted[DIRECT_PORT_END_ENV]) - int(wanted[DIRECT_PORT_ENV])
         wanted[DIRECT_PORT_ENV] = str(direct_ports)
-        wanted[DIRECT_PORT_END_ENV] = str(direct_ports + width)
+        wanted[DIRECT_PORT_END_ENV] = str(direct_ports + DIRECT_PORT_COUNT)
     added = [key for key in wanted if key not in os.environ]
     os.environ.update({key: wanted[key] for key in added})
     direct = os.environ["RAY_SERVE_ENABLE_DIRECT_INGRESS"] == "1"

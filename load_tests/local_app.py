@@ -12,8 +12,7 @@ from typing import Any
 
 import yaml
 
-from app.engine_setup import free_port
-from deployments.cluster_env import free_port_range, serve_cluster_env
+from deployments.cluster_env import harness_ports, serve_cluster_env
 
 
 def config_args(path: str | Path) -> dict[str, Any]:
@@ -58,14 +57,11 @@ class LocalApp:
 
         from deployments.builder import build_app
 
-        direct_ports = free_port_range("127.0.0.1", 16)
+        direct_ports, port = harness_ports("127.0.0.1")
         with (
             serve_cluster_env(direct_ports) if self.cluster_env else contextlib.nullcontext()
         ) as direct_port:
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
-        port = free_port("127.0.0.1")
-        while direct_ports <= port < direct_ports + 16:
-            port = free_port("127.0.0.1")
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         args = merge(config_args(self.config_path), self.overrides)
         serve.run(build_app(args), name=self.name, route_prefix="/")

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from app.engine_setup import free_port
-from deployments.cluster_env import free_port_range, serve_cluster_env
+from deployments.cluster_env import harness_ports, serve_cluster_env
 from load_tests.local_app import config_args as load_args
 
 CONFIGS = Path(__file__).parents[2] / "serve_configs"
@@ -75,7 +74,7 @@ def apps() -> Any:
 
     from deployments.builder import build_app
 
-    direct_ports = free_port_range("127.0.0.1", 16)
+    direct_ports, port = harness_ports("127.0.0.1")
     with serve_cluster_env(direct_ports) as direct_port:
         ray.init(
             num_cpus=4,
@@ -84,9 +83,6 @@ def apps() -> Any:
             namespace="splitserve-tests",
         )
     try:
-        port = free_port("127.0.0.1")
-        while direct_ports <= port < direct_ports + 16:
-            port = free_port("127.0.0.1")
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         serve.run(build_app(config_args("default.yaml")), name="splitserve", route_prefix="/")
         serve.run(

@@ -5,8 +5,10 @@ import re
 from pathlib import Path
 
 from deployments.cluster_env import (
+    DIRECT_PORT_COUNT,
     SERVE_CLUSTER_ENV,
     free_port_range,
+    harness_ports,
     missing_cluster_env,
     serve_cluster_env,
 )
@@ -55,3 +57,8 @@ def test_a_free_port_range_is_free():
     for port in range(first, first + 4):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))
+
+
+def test_harness_ports_keep_the_proxy_out_of_the_direct_range():
+    direct, proxy = harness_ports("127.0.0.1")
+    assert not direct <= proxy < direct + DIRECT_PORT_COUNT
