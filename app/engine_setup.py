@@ -111,6 +111,7 @@ def kv_transfer_config(role: Role, config: AppConfig, engine_id: str) -> Any:
 
 def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: str) -> Any:
     """vLLM ``AsyncEngineArgs`` for one replica of ``role``."""
+    from vllm.config import StructuredOutputsConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     model = config.model
@@ -128,4 +129,13 @@ def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: 
         seed=model.seed,
         max_num_seqs=model.max_num_seqs,
         kv_transfer_config=kv_transfer,
+        structured_outputs_config=StructuredOutputsConfig(
+            backend=model.structured_outputs_backend,
+            reasoning_parser=config.openai.reasoning_parser or "",
+        ),
     )
+
+
+def frontend_config(config: AppConfig, model_path: str) -> Any:
+    """The ``VllmConfig`` vLLM's OpenAI layer reads in the ingress (which runs no engine)."""
+    return engine_arguments(Role.COLOCATED, config, model_path, "ingress").create_engine_config()

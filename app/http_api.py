@@ -1,21 +1,22 @@
-"""The OpenAI HTTP API as a Starlette app: routes, body checks, SSE streaming, errors.
+"""The OpenAI HTTP API as a Starlette app: routes onto vLLM's own serving classes.
 
-Every client mistake ends in a 4xx OpenAI-shaped error body; a failure inside the
-serving path ends in a 5xx body (or, once a stream has started, an SSE error event) and
-never in a hung connection: each request runs under its deadline.
+vLLM's layer (:mod:`app.openai_frontend`) validates, renders and answers each request;
+this module adds what splitserve promises on top: the API key, body limits and clear
+errors for malformed bodies, refusal of any client field that steers KV transfer, and
+the ``splitserve`` field (server-side timings and how the KV moved) when usage is sent.
+A stream that fails before its first event is answered with a plain HTTP error.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 import logging
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -23,13 +24,26 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from app.config import IngressConfig
-from app.errors import APIError, bad_request, describe_failure, server_error
-from app.openai_requests import ParsedRequest, RequestParser
-from app.openai_responses import ResponseWriter, stream_error
-from app.orchestrator import Orchestrator, RequestTimings
-from app.records import GenerateRequest, TokenChunk
+from app.engine_client import REQUEST_TIMINGS
+from app.errors import APIError, bad_request
+from app.openai_frontend import Frontend
+from app.orchestrator import RequestTimings
+from app.request_report import splitserve_field
 
 logger = logging.getLogger("splitserve.http")
+
+# Fields that would let a client steer KV transfer (read another request's KV blocks),
+# so only the server may set them.
+KV_STEERING_FIELDS = ("kv_transfer_params", "ec_transfer_params", "vllm_xargs")
+# vLLM serves these through paths that would run one engine request per step (beam
+# search) or feed the engine tensors (embeddings); a disaggregated request cannot.
+REFUSED = {
+    "use_beam_search": "beam search is not served: each beam step would be a new request",
+    "prompt_embeds": "prompt embeddings are not served: send text or token ids",
+}
+
+SSE_DONE = "data: [DONE]\n\n"
+Handler = Callable[[Any, Request], Awaitable[Any]]
 
 
 def error_response(error: APIError) -> JSONResponse:
@@ -37,27 +51,28 @@ def error_response(error: APIError) -> JSONResponse:
 
 
 class OpenAIServer:
-    """Serves one model's OpenAI endpoints through an :class:`Orchestrator`."""
+    """Serves one model's OpenAI endpoints through vLLM's serving classes."""
 
-    def __init__(
-        self,
-        parser: RequestParser,
-        orchestrator: Orchestrator,
-        config: IngressConfig,
-        api_key: str | None = None,
-        on_complete: Callable[[RequestTimings], None] | None = None,
-    ) -> None:
-        self.parser = parser
-        self.orchestrator = orchestrator
+    def __init__(self, frontend: Frontend, config: IngressConfig, api_key: str | None) -> None:
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+        from vllm.entrypoints.serve.tokenize.protocol import DetokenizeRequest, TokenizeRequest
+
+        self.frontend = frontend
         self.config = config
         self.api_key = api_key
-        self.on_complete = on_complete
+        self._completion = TypeAdapter(CompletionRequest)
+        self._chat = TypeAdapter(ChatCompletionRequest)
+        self._tokenize = TypeAdapter(TokenizeRequest)
+        self._detokenize = TypeAdapter(DetokenizeRequest)
 
     def asgi_app(self) -> Starlette:
         routes = [
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
+            Route("/tokenize", self.tokenize, methods=["POST"]),
+            Route("/detokenize", self.detokenize, methods=["POST"]),
             Route("/health", self.health, methods=["GET"]),
         ]
         return Starlette(
@@ -78,6 +93,84 @@ class OpenAIServer:
     async def health(self, request: Request) -> Response:
         return Response(status_code=200)
 
+    async def models(self, request: Request) -> Response:
+        try:
+            self._authorize(request)
+        except APIError as error:
+            return error_response(error)
+        listing = await self.frontend.models.show_available_models()
+        return JSONResponse(listing.model_dump())
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, self._completion, self.frontend.completion.create_completion)
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._generate(request, self._chat, self.frontend.chat.create_chat_completion)
+
+    async def tokenize(self, request: Request) -> Response:
+        return await self._answer(request, self._tokenize, self.frontend.tokenization.create_tokenize)
+
+    async def detokenize(self, request: Request) -> Response:
+        return await self._answer(
+            request, self._detokenize, self.frontend.tokenization.create_detokenize
+        )
+
+    async def _answer(self, request: Request, model: TypeAdapter[Any], handler: Handler) -> Response:
+        try:
+            parsed = await self._parse(request, model)
+            result = await handler(parsed, request)
+        except APIError as error:
+            return error_response(error)
+        except Exception as exc:
+            return _vllm_error(exc)
+        return _json_result(result)
+
+    async def _generate(self, request: Request, model: TypeAdapter[Any], handler: Handler) -> Response:
+        try:
+            parsed = await self._parse(request, model)
+        except APIError as error:
+            return error_response(error)
+        timings: list[RequestTimings] = []
+        REQUEST_TIMINGS.set(timings)
+        try:
+            result = await handler(parsed, request)
+        except Exception as exc:
+            return _vllm_error(exc)
+        if not isinstance(result, AsyncIterator):
+            from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
+            if isinstance(result, ErrorResponse) or not timings:
+                return _json_result(result)
+            body = result.model_dump()
+            body["splitserve"] = splitserve_field(timings)
+            return JSONResponse(body)
+        # Hold the response until the first event, so a request that fails before any
+        # token (a bad prefill, a dead pool, a missed deadline) is a plain HTTP error.
+        try:
+            first = await anext(result)
+        except StopAsyncIteration:
+            first = SSE_DONE
+        error = _error_event(first)
+        if error is not None:
+            await result.aclose()
+            return JSONResponse(error, status_code=int(error["error"].get("code") or 500))
+        return StreamingResponse(_with_report(first, result, timings), media_type="text/event-stream")
+
+    async def _parse(self, request: Request, model: TypeAdapter[Any]) -> Any:
+        self._authorize(request)
+        body = await self._json_body(request)
+        if not isinstance(body, dict):
+            raise bad_request(f"request body must be a JSON object, not {type(body).__name__}")
+        for name in KV_STEERING_FIELDS:
+            if body.get(name) is not None:
+                raise bad_request(
+                    f"{name} is set by the server and may not be sent by clients", name
+                )
+        for name, reason in REFUSED.items():
+            if body.get(name):
+                raise bad_request(reason, name)
+        return _validate(model, body)
+
     def _authorize(self, request: Request) -> None:
         if self.api_key is None:
             return
@@ -89,115 +182,6 @@ class OpenAIServer:
                 "missing or incorrect API key: send `Authorization: Bearer <key>`",
                 HTTPStatus.UNAUTHORIZED,
             )
-
-    async def models(self, request: Request) -> Response:
-        try:
-            self._authorize(request)
-        except APIError as error:
-            return error_response(error)
-        card = {
-            "id": self.parser.model_name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "splitserve",
-            "max_model_len": self.parser.max_model_len,
-        }
-        return JSONResponse({"object": "list", "data": [card]})
-
-    async def completions(self, request: Request) -> Response:
-        return await self._serve(request, self.parser.parse_completion)
-
-    async def chat_completions(self, request: Request) -> Response:
-        return await self._serve(request, self.parser.parse_chat)
-
-    async def _serve(self, request: Request, parse: Any) -> Response:
-        try:
-            self._authorize(request)
-            parsed: ParsedRequest = parse(await self._json_body(request))
-        except APIError as error:
-            return error_response(error)
-        generate = GenerateRequest(
-            request_id=parsed.request_id,
-            prompt_token_ids=parsed.prompt_token_ids,
-            sampling_params=parsed.sampling_params,
-        )
-        timings = RequestTimings()
-        writer = ResponseWriter(parsed, timings)
-        deadline = time.monotonic() + self.config.request_timeout_s
-        chunks = self._with_deadline(
-            self.orchestrator.run(generate, timings), deadline, parsed.request_id
-        )
-        if parsed.stream:
-            return await self._stream(chunks, writer, timings)
-        try:
-            async for chunk in chunks:
-                writer.add(chunk)
-        except APIError as error:
-            return error_response(error)
-        self._completed(timings)
-        return JSONResponse(writer.full_response())
-
-    def _completed(self, timings: RequestTimings) -> None:
-        if self.on_complete is not None:
-            try:
-                self.on_complete(timings)
-            except Exception:  # metrics must never fail a request
-                logger.exception("recording request metrics failed")
-
-    async def _stream(
-        self, chunks: AsyncIterator[TokenChunk], writer: ResponseWriter, timings: RequestTimings
-    ) -> Response:
-        # Wait for the first chunk before answering, so a failure before any token
-        # (a bad prefill, a dead pool) is a plain HTTP error, not a broken stream.
-        try:
-            first = await anext(chunks)
-        except StopAsyncIteration:
-            first = None
-        except APIError as error:
-            return error_response(error)
-
-        async def events() -> AsyncIterator[str]:
-            try:
-                if first is not None:
-                    yield writer.stream_events(first)
-                async for chunk in chunks:
-                    yield writer.stream_events(chunk)
-                self._completed(timings)
-            except APIError as error:
-                yield stream_error(error)
-            finally:
-                await chunks.aclose()  # type: ignore[attr-defined]
-            yield writer.stream_end()
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    async def _with_deadline(
-        self, chunks: AsyncIterator[TokenChunk], deadline: float, request_id: str
-    ) -> AsyncIterator[TokenChunk]:
-        """Re-yield ``chunks``; turn a missed deadline or a pool failure into an APIError."""
-        iterator = aiter(chunks)
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                try:
-                    async with asyncio.timeout(max(remaining, 0.0)):
-                        chunk = await anext(iterator)
-                except StopAsyncIteration:
-                    return
-                yield chunk
-        except TimeoutError as exc:
-            raise APIError(
-                f"request {request_id} missed its deadline of {self.config.request_timeout_s:g} s",
-                HTTPStatus.GATEWAY_TIMEOUT,
-                error_type="TimeoutError",
-            ) from exc
-        except (APIError, asyncio.CancelledError, GeneratorExit):
-            raise
-        except Exception as exc:
-            logger.exception("request %s failed", request_id)
-            raise server_error(f"request {request_id} failed: {describe_failure(exc)}") from exc
-        finally:
-            await iterator.aclose()  # type: ignore[attr-defined]
 
     async def _json_body(self, request: Request) -> Any:
         content_type = request.headers.get("content-type", "")
@@ -223,6 +207,74 @@ class OpenAIServer:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise bad_request(f"request body is not valid JSON: {exc}") from exc
+
+
+async def _with_report(
+    first: str, events: AsyncIterator[str], timings: list[RequestTimings]
+) -> AsyncIterator[str]:
+    """Re-yield the SSE ``events``; the usage event (the last before ``[DONE]``, sent when
+    the client asked for usage) gets the ``splitserve`` field."""
+    held = first
+    try:
+        async for event in events:
+            if event == SSE_DONE and '"usage"' in held and timings:
+                held = _add_report(held, timings)
+            yield held
+            held = event
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+    yield held
+
+
+def _add_report(event: str, timings: list[RequestTimings]) -> str:
+    body = json.loads(event[len("data: ") :])
+    if body.get("usage") is None or "error" in body:
+        return event
+    body["splitserve"] = splitserve_field(timings)
+    return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
+
+
+def _error_event(event: str) -> dict[str, Any] | None:
+    if not event.startswith('data: {"error"'):
+        return None
+    body: dict[str, Any] = json.loads(event[len("data: ") :])
+    return body
+
+
+def _json_result(result: Any) -> JSONResponse:
+    from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
+    if isinstance(result, ErrorResponse):
+        return JSONResponse(result.model_dump(), status_code=result.error.code)
+    return JSONResponse(result.model_dump())
+
+
+def _vllm_error(exc: Exception) -> JSONResponse:
+    """An exception from vLLM's layer as the status and body vLLM's server would send."""
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+
+    error = create_error_response(exc)
+    if error.error.code >= HTTPStatus.INTERNAL_SERVER_ERROR:
+        logger.error("request failed: %s", exc, exc_info=exc)
+    return JSONResponse(error.model_dump(), status_code=error.error.code)
+
+
+def _validate(model: TypeAdapter[Any], body: dict[str, Any]) -> Any:
+    from vllm.exceptions import VLLMClientError
+
+    try:
+        return model.validate_python(body)
+    except VLLMClientError as exc:
+        param = getattr(exc, "parameter", None)
+        raise bad_request(f"invalid request: {exc.args[0] if exc.args else exc}", param) from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        message = first.get("msg", "invalid value")
+        detail = f"{where}: {message}" if where else message
+        raise bad_request(f"invalid request: {detail}", where or None) from exc
+    except ValueError as exc:
+        raise bad_request(f"invalid request: {exc}") from exc
 
 
 def _too_large(limit: int) -> APIError:

@@ -131,6 +131,7 @@ class Orchestrator:
             self.local_prefill_below_tokens,
             self.prefills_in_flight,
             self.max_prefill_backlog,
+            request.local_prefill_reason,
         )
         report.remote_prefill, report.decision_reason = decision.remote, decision.reason
         plan = self.plan if decision.remote else (Transport.RECOMPUTE,)

@@ -32,6 +32,9 @@ class GenerateRequest:
     kv_transfer_params: dict[str, Any] | None = None
     kv_object: Any = None
     kv_num_tokens: int = 0
+    # Why this request must be prefilled on decode whatever its length (it needs the
+    # prompt's logprobs, or it is a parallel sample whose prompt decode has cached).
+    local_prefill_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,11 @@ class TokenChunk:
     token_ids: list[int]
     finish_reason: str | None = None
     stop_reason: int | str | None = None
-    num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    # vLLM's sample logprobs of these tokens, when the request asked for logprobs.
+    logprobs: Any = None
+    cumulative_logprob: float | None = None
+    prompt_logprobs: Any = None  # first chunk only, when the request asked for them
     # Only on a request's first chunk:
     transfer_failed: str | None = None  # the KV could not be used; nothing was generated
     kv_bytes: int = 0  # bytes of KV this replica received for the request

@@ -14,7 +14,9 @@ from app.http_api import OpenAIServer
 from app.kv_transport.fallback import nixl_installed, transfer_plan
 from app.kv_transport.transfer_metrics import RayTransferMetrics
 from app.model_source import resolve_model
-from app.openai_requests import RequestParser
+from app.engine_client import PoolEngineClient
+from app.engine_setup import frontend_config
+from app.openai_frontend import build_frontend
 from app.orchestrator import Orchestrator
 from app.request_metrics import RayRequestMetrics
 from deployments.cluster_env import missing_cluster_env
@@ -25,17 +27,14 @@ logger = logging.getLogger("ray.serve")
 
 @serve.ingress()
 class Ingress:
-    """Parses and tokenizes requests once, then drives prefill and decode."""
+    """vLLM's OpenAI layer in front; its engine requests drive prefill, then decode."""
 
     def __init__(self, config: AppConfig, decode: Any, prefill: Any = None) -> None:
-        from transformers import AutoTokenizer
-
         if config.ingress.cpu_affinity is not None:
             cores = pin_process(config.ingress.cpu_affinity, "ingress.cpu_affinity")
             logger.info("ingress bound to cores %s", sorted(cores))
 
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model.source))
-        parser = RequestParser(tokenizer, config.model.name, config.model.max_model_len)
+        model_path = resolve_model(config.model.source)
         metrics = RayTransferMetrics()
         grpc = config.request_path.grpc
         orchestrator = Orchestrator(
@@ -49,6 +48,13 @@ class Ingress:
             max_prefill_backlog=config.router.max_prefill_backlog,
             on_transfer=metrics.record,
         )
+        engine_client = PoolEngineClient(
+            frontend_config(config, model_path),
+            orchestrator,
+            config.ingress.request_timeout_s,
+            on_complete=RayRequestMetrics().record,
+        )
+        frontend = build_frontend(engine_client, config, model_path)
         missing = missing_cluster_env()
         if missing:
             logger.warning(
@@ -58,9 +64,7 @@ class Ingress:
                 " ".join(missing),
             )
         api_key = os.environ.get("SPLITSERVE_API_KEY") or config.ingress.api_key
-        self._server = OpenAIServer(
-            parser, orchestrator, config.ingress, api_key, on_complete=RayRequestMetrics().record
-        )
+        self._server = OpenAIServer(frontend, config.ingress, api_key)
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._server.asgi_app()

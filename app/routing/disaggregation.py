@@ -13,12 +13,20 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Decision:
     remote: bool
-    reason: str  # "long_prompt", "short_prompt", "prefill_backlog"
+    # "long_prompt", "short_prompt", "prefill_backlog", or the request's own reason to be
+    # prefilled on decode ("prompt_logprobs", "parallel_sample")
+    reason: str
 
 
 def decide(
-    prompt_tokens: int, local_below_tokens: int, prefill_backlog: int, max_prefill_backlog: int
+    prompt_tokens: int,
+    local_below_tokens: int,
+    prefill_backlog: int,
+    max_prefill_backlog: int,
+    required_local: str | None = None,
 ) -> Decision:
+    if required_local is not None:
+        return Decision(False, required_local)
     if prompt_tokens < local_below_tokens:
         return Decision(False, "short_prompt")
     if prefill_backlog >= max_prefill_backlog:

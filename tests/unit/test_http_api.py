@@ -1,4 +1,8 @@
-"""The Starlette app against fake pools: routing, SSE framing, error bodies, deadlines."""
+"""vLLM's OpenAI layer over fake pools: routing, SSE, errors, deadlines, n, logprobs, batches.
+
+The serving classes and the engine client are the real ones (no Ray, no engine); only the
+pools are fakes, which stream a few tokens.
+"""
 
 import asyncio
 import json
@@ -6,59 +10,104 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
-from app.config import IngressConfig, Mode
+from app.config import AppConfig, IngressConfig, Mode
+from app.engine_client import PoolEngineClient
+from app.engine_setup import frontend_config
 from app.http_api import OpenAIServer
-from app.openai_requests import RequestParser
+from app.model_source import resolve_model
+from app.openai_frontend import build_frontend
 from app.orchestrator import Orchestrator, PoolClient, RequestTimings
-from app.records import PrefillResult, TokenChunk
+from app.records import GenerateRequest, PrefillResult, TokenChunk
 
 
 class FakePool(PoolClient):
+    """Streams three one-token chunks (with logprobs when asked); remembers its requests."""
+
     def __init__(self, delay=0.0, fail=False):
         self.delay = delay
         self.fail = fail
+        self.requests: list[GenerateRequest] = []
+        self.prefills: list[GenerateRequest] = []
 
     async def prefill(self, request, transport=None):
-        return PrefillResult({"remote_block_ids": [[1]]}, len(request.prompt_token_ids), 0.0)
+        self.prefills.append(request)
+        return PrefillResult(
+            {"remote_block_ids": [[1]]}, len(request.prompt_token_ids), 0.0, engine_id="p-1"
+        )
 
     async def generate(self, request):
+        from vllm.logprobs import Logprob
+
+        self.requests.append(request)
         if self.fail:
             raise RuntimeError("engine exploded")
+        params = request.sampling_params
+        seed = params.seed or 0
         for i in range(3):
             await asyncio.sleep(self.delay)
+            token = 10 + i + seed
+            logprobs = None
+            if params.logprobs is not None:
+                logprobs = [{token: Logprob(-0.5 * (i + 1), 1, "x"), 99: Logprob(-3.0, 2, "y")}]
+            prompt_logprobs = None
+            if i == 0 and params.prompt_logprobs is not None:
+                prompt_logprobs = [None] + [
+                    {t: Logprob(-1.0, 1, "p")} for t in request.prompt_token_ids[1:]
+                ]
             yield TokenChunk(
-                f"t{i}", [10 + i], finish_reason="length" if i == 2 else None, num_cached_tokens=2
+                f"t{token}",
+                [token],
+                finish_reason="length" if i == 2 else None,
+                num_cached_tokens=2,
+                logprobs=logprobs,
+                cumulative_logprob=-0.5 * (i + 1) if logprobs else None,
+                prompt_logprobs=prompt_logprobs,
             )
 
 
-def _client(tokenizer, pool=None, **ingress):
-    config = IngressConfig(**ingress)
-    parser = RequestParser(tokenizer, "tiny-llama", max_model_len=64)
-    orchestrator = Orchestrator(Mode.DISAGGREGATED, pool or FakePool(), FakePool())
-    return TestClient(OpenAIServer(parser, orchestrator, config).asgi_app())
+@pytest.fixture(scope="module")
+def engine_client():
+    config = AppConfig()
+    path = resolve_model(config.model.source)
+    client = PoolEngineClient(frontend_config(config, path), Orchestrator(Mode.COLOCATED, FakePool()), 10)
+    client.frontend = build_frontend(client, config, path)
+    return client
+
+
+def _client(engine_client, pool=None, prefill=None, api_key=None, timeout_s=10.0, **ingress):
+    pool = pool or FakePool()
+    engine_client.orchestrator = Orchestrator(
+        Mode.DISAGGREGATED, pool, prefill or FakePool(), local_prefill_below_tokens=0
+    )
+    engine_client.request_timeout_s = timeout_s
+    engine_client.on_complete = None
+    server = OpenAIServer(engine_client.frontend, IngressConfig(**ingress), api_key)
+    return TestClient(server.asgi_app())
 
 
 @pytest.fixture
-def client(tokenizer):
-    return _client(tokenizer)
+def client(engine_client):
+    return _client(engine_client)
 
 
 def _events(text):
     return [line[len("data: ") :] for line in text.split("\n\n") if line.startswith("data: ")]
 
 
-def test_completion_non_stream(client):
+def test_completion_non_stream_carries_the_transfer_report(client):
     r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 3})
     assert r.status_code == 200
     body = r.json()
     assert body["object"] == "text_completion" and body["model"] == "tiny-llama"
-    assert body["choices"][0]["text"] == "t0t1t2"
+    assert body["choices"][0]["text"] == "t10t11t12"
     assert body["choices"][0]["finish_reason"] == "length"
     assert body["usage"]["completion_tokens"] == 3
-    assert body["usage"]["prompt_tokens_details"] == {"cached_tokens": 2}
+    assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == 2
+    assert body["splitserve"]["disaggregated"] is True
+    assert body["splitserve"]["kv_transport"] == "nixl"
 
 
-def test_chat_stream_is_sse_ending_in_done(client):
+def test_chat_stream_is_sse_ending_in_done_with_the_report_on_usage(client):
     r = client.post(
         "/v1/chat/completions",
         json={
@@ -73,13 +122,84 @@ def test_chat_stream_is_sse_ending_in_done(client):
     events = _events(r.text)
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
-    assert (
-        "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
-        == "t0t1t2"
-    )
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "t10t11t12"
     assert chunks[-1]["usage"]["completion_tokens"] == 3
-    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[-1]["splitserve"]["decision"] == "long_prompt"
+    assert all("splitserve" not in c for c in chunks[:-1])
+
+
+def test_n_samples_prefill_once_and_seed_each_sample(engine_client):
+    decode, prefill = FakePool(), FakePool()
+    client = _client(engine_client, pool=decode, prefill=prefill)
+    r = client.post(
+        "/v1/completions",
+        json={"prompt": "hi", "max_tokens": 3, "n": 2, "temperature": 1, "seed": 5},
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    texts = {c["index"]: c["text"] for c in body["choices"]}
+    assert texts == {0: "t15t16t17", 1: "t16t17t18"}  # seeds 5 and 6, as vLLM seeds samples
+    assert body["usage"]["completion_tokens"] == 6
+    assert len(prefill.prefills) == 1  # one remote prefill
+    assert [r.local_prefill_reason for r in decode.requests] == [None, "parallel_sample"]
+    assert [t["decision"] for t in body["splitserve"]["requests"]] == [
+        "long_prompt",
+        "parallel_sample",
+    ]
+
+
+def test_logprobs_come_from_decode_and_are_formatted_by_vllm(client):
+    r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 3, "logprobs": 1})
+    assert r.status_code == 200, r.text
+    logprobs = r.json()["choices"][0]["logprobs"]
+    assert logprobs["token_logprobs"] == [-0.5, -1.0, -1.5]
+    assert len(logprobs["top_logprobs"]) == 3
+    chat = client.post(
+        "/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 3,
+            "logprobs": True,
+            "top_logprobs": 2,
+        },
+    )
+    assert chat.status_code == 200, chat.text
+    content = chat.json()["choices"][0]["logprobs"]["content"]
+    assert [c["logprob"] for c in content] == [-0.5, -1.0, -1.5]
+    assert all(len(c["top_logprobs"]) == 2 for c in content)
+
+
+def test_echo_with_logprobs_prefills_on_decode(engine_client):
+    decode, prefill = FakePool(), FakePool()
+    client = _client(engine_client, pool=decode, prefill=prefill)
+    r = client.post(
+        "/v1/completions",
+        json={"prompt": "hello", "max_tokens": 3, "echo": True, "logprobs": 0},
+    )
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["text"].startswith("hello") and choice["text"].endswith("t12")
+    assert choice["logprobs"]["token_logprobs"][0] is None  # the first prompt token has none
+    assert not prefill.prefills
+    assert r.json()["splitserve"]["decision"] == "prompt_logprobs"
+
+
+def test_batched_prompts_are_one_request_each(engine_client):
+    decode, prefill = FakePool(), FakePool()
+    client = _client(engine_client, pool=decode, prefill=prefill)
+    r = client.post("/v1/completions", json={"prompt": ["a", "bb", "ccc"], "max_tokens": 3})
+    assert r.status_code == 200, r.text
+    assert [c["index"] for c in r.json()["choices"]] == [0, 1, 2]
+    assert len(prefill.prefills) == 3 and len(decode.requests) == 3
+    assert len(r.json()["splitserve"]["requests"]) == 3
+
+
+def test_tokenize_and_detokenize_round_trip(client):
+    ids = client.post("/tokenize", json={"prompt": "hello there"}).json()["tokens"]
+    assert ids and all(isinstance(t, int) for t in ids)
+    assert client.post("/detokenize", json={"tokens": ids}).json()["prompt"].endswith("hello there")
 
 
 def test_models_and_health(client):
@@ -126,44 +246,59 @@ def test_models_and_health(client):
         ),
         ("get", "/v1/completions", {}, 405, "not allowed"),
         ("post", "/v1/nothing", {"json": {}}, 404, "no route"),
+        ("post", "/v1/completions", {"json": {"prompt": "hi", "max_tokens": 0}}, 400, "max_tokens"),
+        ("post", "/v1/completions", {"json": {"prompt": "hi", "model": "x"}}, 404, "does not exist"),
+        (
+            "post",
+            "/v1/completions",
+            {"json": {"prompt": "hi", "kv_transfer_params": {"do_remote_prefill": True}}},
+            400,
+            "set by the server",
+        ),
+        (
+            "post",
+            "/v1/completions",
+            {"json": {"prompt": "hi", "use_beam_search": True}},
+            400,
+            "beam search",
+        ),
     ],
 )
-def test_http_errors_are_openai_shaped(tokenizer, method, path, kwargs, status, words):
-    client = _client(tokenizer, max_body_bytes=4096)
+def test_http_errors_are_openai_shaped(engine_client, method, path, kwargs, status, words):
+    client = _client(engine_client, max_body_bytes=4096)
     r = getattr(client, method)(path, **kwargs)
-    assert r.status_code == status
+    assert r.status_code == status, r.text
     error = r.json()["error"]
     assert words in error["message"] and error["code"] == status
 
 
-def test_deadline_ends_a_slow_request_with_504(tokenizer):
-    client = _client(tokenizer, pool=FakePool(delay=0.5), request_timeout_s=0.2)
+def test_deadline_ends_a_slow_request_with_504(engine_client):
+    client = _client(engine_client, pool=FakePool(delay=0.5), timeout_s=0.2)
     r = client.post("/v1/completions", json={"prompt": "hi"})
     assert r.status_code == 504
     assert "deadline" in r.json()["error"]["message"]
 
 
-def test_deadline_mid_stream_ends_with_an_error_event(tokenizer):
-    client = _client(tokenizer, pool=FakePool(delay=0.15), request_timeout_s=0.35)
+def test_deadline_mid_stream_ends_with_an_error_event(engine_client):
+    client = _client(engine_client, pool=FakePool(delay=0.15), timeout_s=0.35)
     r = client.post("/v1/completions", json={"prompt": "hi", "stream": True})
     events = _events(r.text)
     assert events[-1] == "[DONE]"
     assert any("deadline" in e for e in events if e.startswith('{"error"'))
 
 
-def test_pool_failure_is_a_short_500(tokenizer):
-    client = _client(tokenizer, pool=FakePool(fail=True))
-    r = client.post("/v1/completions", json={"prompt": "hi"})
-    assert r.status_code == 500
-    assert r.json()["error"]["message"].endswith("RuntimeError: engine exploded")
+def test_failure_before_the_first_token_is_a_plain_500(engine_client):
+    client = _client(engine_client, pool=FakePool(fail=True))
+    for stream in (False, True):
+        r = client.post("/v1/completions", json={"prompt": "hi", "stream": stream})
+        assert r.status_code == 500
+        assert "RuntimeError: engine exploded" in r.json()["error"]["message"]
 
 
-def test_completed_requests_are_reported_with_their_timings(tokenizer):
+def test_completed_requests_are_reported_with_their_timings(engine_client):
+    client = _client(engine_client)
     done: list[RequestTimings] = []
-    parser = RequestParser(tokenizer, "tiny-llama", max_model_len=64)
-    orchestrator = Orchestrator(Mode.COLOCATED, FakePool())
-    server = OpenAIServer(parser, orchestrator, IngressConfig(), on_complete=done.append)
-    client = TestClient(server.asgi_app())
+    engine_client.on_complete = done.append
     client.post("/v1/completions", json={"prompt": "hi"})
     client.post("/v1/completions", json={"prompt": "hi", "stream": True})
     client.post("/v1/completions", json={"prompt": ""})  # refused: not a completed request
@@ -173,16 +308,14 @@ def test_completed_requests_are_reported_with_their_timings(tokenizer):
         assert len(timings.token_gaps_s) == 2  # three chunks of one token each
 
 
-def test_api_key_guards_the_api_but_not_health(tokenizer):
-    config = IngressConfig()
-    parser = RequestParser(tokenizer, "tiny-llama", max_model_len=64)
-    orchestrator = Orchestrator(Mode.COLOCATED, FakePool())
-    client = TestClient(OpenAIServer(parser, orchestrator, config, api_key="s3cret").asgi_app())
+def test_api_key_guards_the_api_but_not_health(engine_client):
+    client = _client(engine_client, api_key="s3cret")
     assert client.get("/health").status_code == 200
     for headers in ({}, {"authorization": "Bearer nope"}, {"authorization": "s3cret"}):
         r = client.post("/v1/completions", json={"prompt": "hi"}, headers=headers)
         assert r.status_code == 401 and "API key" in r.json()["error"]["message"]
         assert client.get("/v1/models", headers=headers).status_code == 401
+        assert client.post("/tokenize", json={"prompt": "hi"}, headers=headers).status_code == 401
     ok = client.post(
         "/v1/completions", json={"prompt": "hi"}, headers={"authorization": "Bearer s3cret"}
     )

@@ -1,0 +1,326 @@
+"""vLLM's engine-client interface over the pools: how vLLM's OpenAI layer drives splitserve.
+
+vLLM's OpenAI serving classes (completions, chat, tokenization, models) call an
+``EngineClient``. :class:`PoolEngineClient` is that client inside the ingress: its
+``generate`` runs the request through the :class:`~app.orchestrator.Orchestrator`
+(remote prefill, KV transfer, decode; or the one pool in colocated mode) and turns the
+token chunks a decode replica streams back into vLLM ``RequestOutput``s. Everything in
+front of it (request validation, chat templates, tool and reasoning parsers, structured
+output options, logprobs formatting, SSE framing, usage) is vLLM's own code, unchanged.
+
+How the features that need more than one engine request are served:
+
+- ``n > 1``: sample 0 is served like any request (its prompt's KV moves to decode);
+  samples 1..n-1 start once sample 0 has streamed its first token, prefilled on decode,
+  where the prompt is then in the prefix cache (decision ``parallel_sample``). With a
+  seed, sample ``k`` uses ``seed + k``, as vLLM does.
+- prompt logprobs (``echo`` with ``logprobs``, ``prompt_logprobs``): only the engine that
+  computes the prompt has its logits, so such requests are prefilled on decode
+  (decision ``prompt_logprobs``).
+- Batched prompts: vLLM's layer calls ``generate`` once per prompt; each is its own
+  disaggregated request.
+
+Admin hooks (LoRA, sleep, profiling, weight updates) are refused: they act on engines,
+and this process has none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+from app.errors import describe_failure
+from app.orchestrator import Orchestrator, RequestTimings
+from app.records import GenerateRequest, TokenChunk
+
+logger = logging.getLogger("splitserve.engine_client")
+
+# The timings of every engine request made while serving one HTTP request: the HTTP
+# layer sets a fresh list per request and reads it for the response's `splitserve` field.
+REQUEST_TIMINGS: contextvars.ContextVar[list[RequestTimings] | None] = contextvars.ContextVar(
+    "splitserve_request_timings", default=None
+)
+
+
+def prompt_token_ids(prompt: Any) -> list[int]:
+    """The token ids of a prompt as vLLM's renderer hands it over (a token input)."""
+    from vllm.exceptions import VLLMValidationError
+
+    if isinstance(prompt, dict):
+        if prompt.get("multi_modal_data") or prompt.get("type") not in (None, "token"):
+            raise VLLMValidationError(
+                f"{prompt.get('type', 'multimodal')} inputs are not served: "
+                "the model takes text and token ids",
+                parameter="messages",
+            )
+        ids = prompt.get("prompt_token_ids")
+        if ids is not None:
+            return list(ids)
+    raise VLLMValidationError("prompt embeddings are not served", parameter="prompt")
+
+
+@dataclass
+class _Sample:
+    """One sample's output so far (accumulated for non-delta output kinds)."""
+
+    index: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[Any] | None = None
+    cumulative_logprob: float | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    prompt_logprobs: Any = None
+    num_cached_tokens: int = 0
+
+    def add(self, chunk: TokenChunk) -> None:
+        self.text += chunk.text
+        self.token_ids.extend(chunk.token_ids)
+        if chunk.logprobs is not None:
+            self.logprobs = (self.logprobs or []) + list(chunk.logprobs)
+        if chunk.cumulative_logprob is not None:
+            self.cumulative_logprob = chunk.cumulative_logprob
+        if chunk.prompt_logprobs is not None:
+            self.prompt_logprobs = chunk.prompt_logprobs
+        self.num_cached_tokens = max(self.num_cached_tokens, chunk.num_cached_tokens)
+        if chunk.finish_reason is not None:
+            self.finish_reason, self.stop_reason = chunk.finish_reason, chunk.stop_reason
+
+
+def _completion_output(index: int, source: _Sample | TokenChunk) -> Any:
+    from vllm.outputs import CompletionOutput
+
+    return CompletionOutput(
+        index=index,
+        text=source.text,
+        token_ids=source.token_ids,
+        cumulative_logprob=source.cumulative_logprob,
+        logprobs=source.logprobs,
+        finish_reason=source.finish_reason,
+        stop_reason=source.stop_reason,
+    )
+
+
+class PoolEngineClient:
+    """A vLLM ``EngineClient`` (``vllm.engine.protocol``) whose requests run on the pools.
+
+    It implements the part of that interface vLLM's OpenAI serving classes use, by duck
+    typing, so this module imports without vLLM; vLLM is imported when it is built.
+    """
+
+    def __init__(
+        self,
+        vllm_config: Any,
+        orchestrator: Orchestrator,
+        request_timeout_s: float,
+        on_complete: Callable[[RequestTimings], None] | None = None,
+    ) -> None:
+        from vllm.renderers import renderer_from_config
+        from vllm.v1.engine.input_processor import InputProcessor
+
+        self.vllm_config = vllm_config
+        self.model_config = vllm_config.model_config
+        self.renderer = renderer_from_config(vllm_config)
+        self.input_processor = InputProcessor(vllm_config, self.renderer)
+        self.orchestrator = orchestrator
+        self.request_timeout_s = request_timeout_s
+        self.on_complete = on_complete
+
+    # --- what vLLM's serving classes call ---------------------------------------------
+
+    async def generate(
+        self,
+        prompt: Any,
+        sampling_params: Any,
+        request_id: str,
+        **_: Any,
+    ) -> AsyncGenerator[Any, None]:
+        """Serve one prompt (``sampling_params.n`` samples) as ``RequestOutput``s.
+
+        Outputs follow ``sampling_params.output_kind``: deltas as each sample's chunks
+        arrive, or one final output holding every sample.
+        """
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.utils.async_utils import merge_async_iterators
+
+        ids = prompt_token_ids(prompt)
+        n = sampling_params.n or 1
+        deadline = time.monotonic() + self.request_timeout_s
+        first_token = asyncio.Event()
+        streams = [
+            self._sample(ids, sampling_params, request_id, k, n, first_token) for k in range(n)
+        ]
+        samples = [_Sample(k) for k in range(n)]
+        delta = sampling_params.output_kind is RequestOutputKind.DELTA
+        merged = self._before(deadline, request_id, merge_async_iterators(*streams))
+        try:
+            async for index, chunk in merged:
+                sample = samples[index]
+                sample.add(chunk)
+                if delta:
+                    yield self._output(
+                        request_id, ids, [_completion_output(index, chunk)], samples, chunk
+                    )
+                elif sampling_params.output_kind is RequestOutputKind.CUMULATIVE:
+                    yield self._output(
+                        request_id, ids, [_completion_output(index, sample)], samples, sample
+                    )
+        finally:
+            await merged.aclose()
+        if not delta:
+            outputs = [_completion_output(s.index, s) for s in samples]
+            yield self._output(request_id, ids, outputs, samples, samples[0])
+
+    def _output(
+        self,
+        request_id: str,
+        ids: list[int],
+        outputs: list[Any],
+        samples: list[_Sample],
+        source: _Sample | TokenChunk,
+    ) -> Any:
+        from vllm.outputs import RequestOutput
+
+        return RequestOutput(
+            request_id=request_id,
+            prompt=None,
+            prompt_token_ids=ids,
+            prompt_logprobs=source.prompt_logprobs,
+            outputs=outputs,
+            finished=all(s.finish_reason is not None for s in samples),
+            num_cached_tokens=samples[0].num_cached_tokens,
+        )
+
+    async def _sample(
+        self,
+        ids: list[int],
+        sampling_params: Any,
+        request_id: str,
+        index: int,
+        n: int,
+        first_token: asyncio.Event,
+    ) -> AsyncIterator[TokenChunk]:
+        """One sample's chunks; samples after the first wait for its first token."""
+        params = sampling_params.clone()
+        params.n = 1
+        local_reason = None
+        if params.prompt_logprobs is not None:
+            local_reason = "prompt_logprobs"
+        if index:
+            await first_token.wait()
+            local_reason = local_reason or "parallel_sample"
+            if params.seed is not None:
+                params.seed += index
+        timings = RequestTimings()
+        sink = REQUEST_TIMINGS.get()
+        if sink is not None:
+            sink.append(timings)
+        request = GenerateRequest(
+            request_id=request_id if n == 1 else f"{index}_{request_id}",
+            prompt_token_ids=ids,
+            sampling_params=params,
+            local_prefill_reason=local_reason,
+        )
+        async for chunk in self.orchestrator.run(request, timings):
+            first_token.set()
+            yield chunk
+        if self.on_complete is not None:
+            try:
+                self.on_complete(timings)
+            except Exception:  # metrics must never fail a request
+                logger.exception("recording request metrics failed")
+
+    async def _before(
+        self, deadline: float, request_id: str, items: AsyncGenerator[Any, None]
+    ) -> AsyncGenerator[Any, None]:
+        """Re-yield ``items`` until ``deadline``; a pool failure becomes a 5xx error."""
+        from vllm.exceptions import GenerationError, GracefulHTTPError, VLLMError
+
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
+                        item = await anext(items)
+                except StopAsyncIteration:
+                    return
+                yield item
+        except TimeoutError as exc:
+            raise GracefulHTTPError(
+                f"request {request_id} missed its deadline of {self.request_timeout_s:g} s",
+                HTTPStatus.GATEWAY_TIMEOUT,
+            ) from exc
+        except (VLLMError, asyncio.CancelledError, GeneratorExit):
+            raise
+        except Exception as exc:
+            logger.exception("request %s failed", request_id)
+            raise GenerationError(
+                f"request {request_id} failed: {describe_failure(exc)}"
+            ) from exc
+        finally:
+            await items.aclose()
+
+    def check_admission(self, n: int = 1, request_id: str | None = None) -> None:
+        """Admit every request: queues are bounded by Serve (``max_ongoing_requests``)."""
+
+    async def abort(self, request_id: str | Iterable[str]) -> None:
+        """Nothing to do: closing a request's stream aborts it on every pool."""
+
+    # --- state and admin hooks ------------------------------------------------------------
+
+    @property
+    def is_running(self) -> bool:
+        return True
+
+    @property
+    def is_stopped(self) -> bool:
+        return False
+
+    @property
+    def errored(self) -> bool:
+        return False
+
+    @property
+    def dead_error(self) -> BaseException:
+        return RuntimeError("the ingress has no engine of its own")
+
+    async def is_tracing_enabled(self) -> bool:
+        return False
+
+    async def do_log_stats(self) -> None:
+        return None
+
+    async def check_health(self) -> None:
+        return None
+
+    async def get_supported_tasks(self) -> tuple[str, ...]:
+        return ("generate",)
+
+    async def notify_kv_transfer_request_rejected(self, *args: Any, **kwargs: Any) -> None:
+        # Clients may not send KV transfer params (the HTTP layer refuses them), so no
+        # request of theirs ever pins remote blocks.
+        return None
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        renderer = getattr(self, "renderer", None)
+        if renderer is not None:
+            renderer.shutdown()
+
+    async def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            "engine administration (LoRA, sleep, profiling, cache resets) is not served "
+            "through the API front end of a disaggregated app"
+        )
+
+    encode = _refuse
+    start_profile = stop_profile = _refuse
+    reset_mm_cache = reset_encoder_cache = reset_prefix_cache = _refuse
+    sleep = wake_up = is_sleeping = release_kv_cache_memory = _refuse
+    add_lora = _refuse
+    pause_generation = resume_generation = is_paused = _refuse
+
