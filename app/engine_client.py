@@ -30,7 +30,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -150,6 +150,12 @@ class PoolEngineClient:
         from vllm.utils.async_utils import merge_async_iterators
 
         ids = prompt_token_ids(prompt)
+        # vLLM's own input checks (token ids in vocabulary, lengths, sampling and
+        # structured-output parameters), here rather than on an engine: a bad request
+        # is a 400 before any pool is called.
+        self.input_processor.process_inputs(
+            request_id, prompt, sampling_params, supported_tasks=("generate",)
+        )
         n = sampling_params.n or 1
         deadline = time.monotonic() + self.request_timeout_s
         first_token = asyncio.Event()
@@ -205,7 +211,7 @@ class PoolEngineClient:
         index: int,
         n: int,
         first_token: asyncio.Event,
-    ) -> AsyncIterator[TokenChunk]:
+    ) -> AsyncGenerator[TokenChunk, None]:
         """One sample's chunks; samples after the first wait for its first token."""
         params = sampling_params.clone()
         params.n = 1
@@ -259,9 +265,7 @@ class PoolEngineClient:
             raise
         except Exception as exc:
             logger.exception("request %s failed", request_id)
-            raise GenerationError(
-                f"request {request_id} failed: {describe_failure(exc)}"
-            ) from exc
+            raise GenerationError(f"request {request_id} failed: {describe_failure(exc)}") from exc
         finally:
             await items.aclose()
 
@@ -323,4 +327,3 @@ class PoolEngineClient:
     sleep = wake_up = is_sleeping = release_kv_cache_memory = _refuse
     add_lora = _refuse
     pause_generation = resume_generation = is_paused = _refuse
-

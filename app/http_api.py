@@ -12,7 +12,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -102,20 +102,26 @@ class OpenAIServer:
         return JSONResponse(listing.model_dump())
 
     async def completions(self, request: Request) -> Response:
-        return await self._generate(request, self._completion, self.frontend.completion.create_completion)
+        return await self._generate(
+            request, self._completion, self.frontend.completion.create_completion
+        )
 
     async def chat_completions(self, request: Request) -> Response:
         return await self._generate(request, self._chat, self.frontend.chat.create_chat_completion)
 
     async def tokenize(self, request: Request) -> Response:
-        return await self._answer(request, self._tokenize, self.frontend.tokenization.create_tokenize)
+        return await self._answer(
+            request, self._tokenize, self.frontend.tokenization.create_tokenize
+        )
 
     async def detokenize(self, request: Request) -> Response:
         return await self._answer(
             request, self._detokenize, self.frontend.tokenization.create_detokenize
         )
 
-    async def _answer(self, request: Request, model: TypeAdapter[Any], handler: Handler) -> Response:
+    async def _answer(
+        self, request: Request, model: TypeAdapter[Any], handler: Handler
+    ) -> Response:
         try:
             parsed = await self._parse(request, model)
             result = await handler(parsed, request)
@@ -125,7 +131,9 @@ class OpenAIServer:
             return _vllm_error(exc)
         return _json_result(result)
 
-    async def _generate(self, request: Request, model: TypeAdapter[Any], handler: Handler) -> Response:
+    async def _generate(
+        self, request: Request, model: TypeAdapter[Any], handler: Handler
+    ) -> Response:
         try:
             parsed = await self._parse(request, model)
         except APIError as error:
@@ -136,7 +144,7 @@ class OpenAIServer:
             result = await handler(parsed, request)
         except Exception as exc:
             return _vllm_error(exc)
-        if not isinstance(result, AsyncIterator):
+        if not isinstance(result, AsyncGenerator):
             from vllm.entrypoints.serve.engine.protocol import ErrorResponse
 
             if isinstance(result, ErrorResponse) or not timings:
@@ -150,11 +158,13 @@ class OpenAIServer:
             first = await anext(result)
         except StopAsyncIteration:
             first = SSE_DONE
-        error = _error_event(first)
-        if error is not None:
+        failed = _error_event(first)
+        if failed is not None:
             await result.aclose()
-            return JSONResponse(error, status_code=int(error["error"].get("code") or 500))
-        return StreamingResponse(_with_report(first, result, timings), media_type="text/event-stream")
+            return JSONResponse(failed, status_code=int(failed["error"].get("code") or 500))
+        return StreamingResponse(
+            _with_report(first, result, timings), media_type="text/event-stream"
+        )
 
     async def _parse(self, request: Request, model: TypeAdapter[Any]) -> Any:
         self._authorize(request)

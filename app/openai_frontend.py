@@ -80,7 +80,5 @@ def build_frontend(engine_client: PoolEngineClient, config: AppConfig, model_pat
         **tool_options,
         **usage_options,
     )
-    tokenization = ServingTokenization(
-        models, renderer, request_logger=None, **template_options
-    )
+    tokenization = ServingTokenization(models, renderer, request_logger=None, **template_options)
     return Frontend(models, completion, chat, tokenization, engine_client)

@@ -10,12 +10,12 @@ from ray import serve
 
 from app.config import AppConfig, Mode
 from app.cpu_affinity import pin_process
+from app.engine_client import PoolEngineClient
+from app.engine_setup import frontend_config
 from app.http_api import OpenAIServer
 from app.kv_transport.fallback import nixl_installed, transfer_plan
 from app.kv_transport.transfer_metrics import RayTransferMetrics
 from app.model_source import resolve_model
-from app.engine_client import PoolEngineClient
-from app.engine_setup import frontend_config
 from app.openai_frontend import build_frontend
 from app.orchestrator import Orchestrator
 from app.request_metrics import RayRequestMetrics

@@ -30,6 +30,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -54,12 +55,16 @@ MAX_MODEL_LEN = 2048  # room for the mix's 1536-token prompts
 
 
 @contextmanager
-def vllm_server(port: int = 8011) -> Iterator[str]:
-    """vLLM's OpenAI server on the builtin model, engine bound to core 0."""
+def vllm_server(port: int = 8011, cores: str = "0") -> Iterator[str]:
+    """vLLM's OpenAI server on the builtin model, engine bound to ``cores``.
+
+    It runs in a process group of its own, stopped as a whole: the engine core it
+    spawns goes with it.
+    """
     env = {
         **os.environ,
         "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_CPU_OMP_THREADS_BIND": "0",
+        "VLLM_CPU_OMP_THREADS_BIND": cores,
         "VLLM_NO_USAGE_STATS": "1",
     }
     command = [
@@ -69,7 +74,11 @@ def vllm_server(port: int = 8011) -> Iterator[str]:
         "--enforce-eager", "--enable-prefix-caching",
     ]  # fmt: skip
     process = subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -87,11 +96,12 @@ def vllm_server(port: int = 8011) -> Iterator[str]:
             raise RuntimeError("vLLM's server did not become healthy in 180 s")
         yield url
     finally:
-        process.terminate()
+        os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 @contextmanager

@@ -69,8 +69,10 @@ class FakePool(PoolClient):
 def engine_client():
     config = AppConfig()
     path = resolve_model(config.model.source)
-    client = PoolEngineClient(frontend_config(config, path), Orchestrator(Mode.COLOCATED, FakePool()), 10)
-    client.frontend = build_frontend(client, config, path)
+    client = PoolEngineClient(
+        frontend_config(config, path), Orchestrator(Mode.COLOCATED, FakePool()), 10
+    )
+    client.frontend = build_frontend(client, config, path)  # type: ignore[attr-defined]
     return client
 
 
@@ -247,7 +249,13 @@ def test_models_and_health(client):
         ("get", "/v1/completions", {}, 405, "not allowed"),
         ("post", "/v1/nothing", {"json": {}}, 404, "no route"),
         ("post", "/v1/completions", {"json": {"prompt": "hi", "max_tokens": 0}}, 400, "max_tokens"),
-        ("post", "/v1/completions", {"json": {"prompt": "hi", "model": "x"}}, 404, "does not exist"),
+        (
+            "post",
+            "/v1/completions",
+            {"json": {"prompt": "hi", "model": "x"}},
+            404,
+            "does not exist",
+        ),
         (
             "post",
             "/v1/completions",
