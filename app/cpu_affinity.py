@@ -27,15 +27,18 @@ def pin_process(spec: str, field: str) -> set[int]:
     """Bind every thread of this process to the cores in ``spec``; returns them.
 
     Threads started afterwards inherit the binding from the thread that starts them.
-    Raises ValueError naming ``field`` when none of the cores is usable on this node.
+    Only cores this process may run on count (its own allowed set, which containers and
+    cgroups narrow). Raises ValueError naming ``field`` when none of the cores is allowed,
+    and OSError when a live thread cannot be bound: nothing is reported bound that is not.
     """
     wanted = parse_cores(spec)
-    usable = os.sched_getaffinity(0) | set(range(os.cpu_count() or 0))
-    if not wanted & usable:
-        raise ValueError(f"{field}={spec!r}: this node has cores {sorted(usable)}")
+    allowed = os.sched_getaffinity(0)
+    cores = wanted & allowed
+    if not cores:
+        raise ValueError(f"{field}={spec!r}: this process may run on cores {sorted(allowed)}")
     for thread in os.listdir("/proc/self/task"):
         try:
-            os.sched_setaffinity(int(thread), wanted & usable)
-        except (ProcessLookupError, OSError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(thread), cores)
+        except ProcessLookupError:  # a thread that ended meanwhile
             continue
-    return wanted & usable
+    return cores

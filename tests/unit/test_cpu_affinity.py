@@ -59,7 +59,7 @@ def test_every_thread_is_bound_including_later_ones():
     assert all(threads == [core] for threads in shown["threads"]), shown
 
 
-def test_cores_this_node_lacks_are_refused_naming_the_field():
+def test_cores_this_process_may_not_use_are_refused_naming_the_field():
     result = _probe("4096")
     assert result.returncode != 0
-    assert "ingress.cpu_affinity='4096': this node has cores" in result.stderr
+    assert "ingress.cpu_affinity='4096': this process may run on cores" in result.stderr
