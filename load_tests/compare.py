@@ -55,8 +55,11 @@ MAX_MODEL_LEN = 2048  # room for the mix's 1536-token prompts
 
 
 @contextmanager
-def vllm_server(port: int = 8011, cores: str = "0") -> Iterator[str]:
-    """vLLM's OpenAI server on the builtin model, engine bound to ``cores``.
+def vllm_server(
+    port: int = 8011, cores: str = "0", extra_args: list[str] | None = None
+) -> Iterator[str]:
+    """vLLM's OpenAI server on the builtin model, engine bound to ``cores``; ``extra_args``
+    are more of its flags.
 
     It runs in a process group of its own, stopped as a whole: the engine core it
     spawns goes with it.
@@ -71,7 +74,7 @@ def vllm_server(port: int = 8011, cores: str = "0") -> Iterator[str]:
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", resolve_model("builtin:tiny-llama"), "--served-model-name", "tiny-llama",
         "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(MAX_MODEL_LEN),
-        "--enforce-eager", "--enable-prefix-caching",
+        "--enforce-eager", "--enable-prefix-caching", *(extra_args or []),
     ]  # fmt: skip
     process = subprocess.Popen(
         command,

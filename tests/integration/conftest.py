@@ -33,6 +33,8 @@ def config_args(name: str) -> dict[str, Any]:
         # Prompts of 64 tokens and more go through a remote prefill and a KV transfer,
         # so the transfer tests can use short prompts.
         args.setdefault("router", {})["local_prefill_below_tokens"] = 64
+        # Tool calling as tests/integration/test_vs_vllm.py starts vLLM's server.
+        args["openai"] = {"enable_auto_tool_choice": True, "tool_call_parser": "hermes"}
     else:
         # Two replicas behind the prefix-affinity router (tests/integration/test_routing.py);
         # greedy outputs do not depend on the replica, so it stays the reference.
