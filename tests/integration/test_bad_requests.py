@@ -152,13 +152,19 @@ CASES = [
         "not a multimodal model",
     ),
     (
-        "chat-tools",
+        "chat-tool-choice-unknown-function",
         "POST",
         CHAT,
-        _j({"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}]}),
+        _j(
+            {
+                "messages": MSG,
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "g"}},
+            }
+        ),
         JSON,
         400,
-        "tool choice requires",
+        "does not match any",
     ),
     (
         "chat-kv-transfer-params",
