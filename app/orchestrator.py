@@ -1,6 +1,6 @@
 """Orchestration of one request across the pools, and where the transfer fallback is decided.
 
-The ingress drives both steps (DESIGN.md, "Request flow"): it asks the prefill pool to
+The ingress drives both steps (README, "Layout" explains why): it asks the prefill pool to
 compute the prompt's KV and hand it over by a transport, then asks the decode pool to
 generate with that KV. The transports are tried in the order of the request's plan
 (:mod:`app.kv_transport.fallback`): when a prefill fails or times out, or the decode

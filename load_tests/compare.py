@@ -19,7 +19,7 @@ CDFs from it) and prints a table.
 
 Cores (2 on this machine, the same total for every system): splitserve disaggregated
 runs prefill on core 0 and decode on core 1; the colocated systems bind their engine to
-core 0 and leave core 1 to the frontend, as DESIGN.md measured fastest for vLLM; Ray
+core 0 and leave core 1 to the frontend, which measured fastest for vLLM here; Ray
 Serve LLM's PD app (``load_tests.ray_llm_pd``) runs prefill on core 0, decode on core 1.
 """
 

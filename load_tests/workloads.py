@@ -26,7 +26,7 @@ def mixed(
     rng: random.Random, count: int, long_share: float = 0.2, long_len: int = 1536
 ) -> list[Request]:
     """Streams interrupted by long prompts: 80% 128-in/128-out, 20% 1536-in/8-out
-    (DESIGN.md's mix; needs a context of at least 1,544 tokens)."""
+    (the first baseline's mix; needs a context of at least 1,544 tokens)."""
     return [
         (_tokens(rng, long_len), 8) if rng.random() < long_share else (_tokens(rng, 128), 128)
         for _ in range(count)
