@@ -29,12 +29,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import time
 from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
+from app.deadline import Deadline
 from app.errors import describe_failure
 from app.orchestrator import Orchestrator, RequestTimings
 from app.records import GenerateRequest, TokenChunk
@@ -79,7 +79,15 @@ class _Sample:
     prompt_logprobs: Any = None
     num_cached_tokens: int = 0
 
+    def finish(self, chunk: TokenChunk) -> None:
+        """Track what every output kind needs: cached tokens and the finish reason."""
+        self.num_cached_tokens = max(self.num_cached_tokens, chunk.num_cached_tokens)
+        if chunk.finish_reason is not None:
+            self.finish_reason, self.stop_reason = chunk.finish_reason, chunk.stop_reason
+
     def add(self, chunk: TokenChunk) -> None:
+        """Accumulate ``chunk`` (cumulative and final-only outputs)."""
+        self.finish(chunk)
         self.text += chunk.text
         self.token_ids.extend(chunk.token_ids)
         if chunk.logprobs is not None:
@@ -88,9 +96,6 @@ class _Sample:
             self.cumulative_logprob = chunk.cumulative_logprob
         if chunk.prompt_logprobs is not None:
             self.prompt_logprobs = chunk.prompt_logprobs
-        self.num_cached_tokens = max(self.num_cached_tokens, chunk.num_cached_tokens)
-        if chunk.finish_reason is not None:
-            self.finish_reason, self.stop_reason = chunk.finish_reason, chunk.stop_reason
 
 
 def _completion_output(index: int, source: _Sample | TokenChunk) -> Any:
@@ -146,6 +151,7 @@ class PoolEngineClient:
         Outputs follow ``sampling_params.output_kind``: deltas as each sample's chunks
         arrive, or one final output holding every sample.
         """
+        from vllm.renderers.inputs.preprocess import extract_prompt_components
         from vllm.sampling_params import RequestOutputKind
         from vllm.utils.async_utils import merge_async_iterators
 
@@ -156,36 +162,39 @@ class PoolEngineClient:
         self.input_processor.process_inputs(
             request_id, prompt, sampling_params, supported_tasks=("generate",)
         )
+        # The prompt's text, as vLLM's engine reports it (else the serving class works
+        # it out again for every output).
+        text = extract_prompt_components(self.model_config, prompt).text
         n = sampling_params.n or 1
-        deadline = time.monotonic() + self.request_timeout_s
         first_token = asyncio.Event()
         streams = [
             self._sample(ids, sampling_params, request_id, k, n, first_token) for k in range(n)
         ]
         samples = [_Sample(k) for k in range(n)]
-        delta = sampling_params.output_kind is RequestOutputKind.DELTA
-        merged = self._before(deadline, request_id, merge_async_iterators(*streams))
+        kind = sampling_params.output_kind
+        merged = self._before(request_id, merge_async_iterators(*streams))
         try:
             async for index, chunk in merged:
                 sample = samples[index]
-                sample.add(chunk)
-                if delta:
-                    yield self._output(
-                        request_id, ids, [_completion_output(index, chunk)], samples, chunk
-                    )
-                elif sampling_params.output_kind is RequestOutputKind.CUMULATIVE:
-                    yield self._output(
-                        request_id, ids, [_completion_output(index, sample)], samples, sample
-                    )
+                if kind is RequestOutputKind.DELTA:
+                    sample.finish(chunk)
+                    outputs = [_completion_output(index, chunk)]
+                    yield self._output(request_id, text, ids, outputs, samples, chunk)
+                else:
+                    sample.add(chunk)
+                    if kind is RequestOutputKind.CUMULATIVE:
+                        outputs = [_completion_output(index, sample)]
+                        yield self._output(request_id, text, ids, outputs, samples, sample)
         finally:
             await merged.aclose()
-        if not delta:
+        if kind is not RequestOutputKind.DELTA:
             outputs = [_completion_output(s.index, s) for s in samples]
-            yield self._output(request_id, ids, outputs, samples, samples[0])
+            yield self._output(request_id, text, ids, outputs, samples, samples[0])
 
     def _output(
         self,
         request_id: str,
+        text: str | None,
         ids: list[int],
         outputs: list[Any],
         samples: list[_Sample],
@@ -195,7 +204,7 @@ class PoolEngineClient:
 
         return RequestOutput(
             request_id=request_id,
-            prompt=None,
+            prompt=text,
             prompt_token_ids=ids,
             prompt_logprobs=source.prompt_logprobs,
             outputs=outputs,
@@ -243,16 +252,16 @@ class PoolEngineClient:
                 logger.exception("recording request metrics failed")
 
     async def _before(
-        self, deadline: float, request_id: str, items: AsyncGenerator[Any, None]
+        self, request_id: str, items: AsyncGenerator[Any, None]
     ) -> AsyncGenerator[Any, None]:
-        """Re-yield ``items`` until ``deadline``; a pool failure becomes a 5xx error."""
+        """Re-yield ``items`` within the request's deadline; a pool failure becomes a 5xx."""
         from vllm.exceptions import GenerationError, GracefulHTTPError, VLLMError
 
+        deadline = Deadline(self.request_timeout_s)
         try:
             while True:
                 try:
-                    async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
-                        item = await anext(items)
+                    item = await deadline.next(items)
                 except StopAsyncIteration:
                     return
                 yield item
@@ -267,6 +276,7 @@ class PoolEngineClient:
             logger.exception("request %s failed", request_id)
             raise GenerationError(f"request {request_id} failed: {describe_failure(exc)}") from exc
         finally:
+            deadline.cancel()
             await items.aclose()
 
     def check_admission(self, n: int = 1, request_id: str | None = None) -> None:
