@@ -123,16 +123,25 @@ class TransportConfig(_Strict):
         description="UCX transports NIXL may use (UCX_TLS), e.g. `tcp` to force the network "
         "path between hosts, `rc,ud,sm,self` on RDMA fabrics; None lets UCX choose.",
     )
+    prefill_queue_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Longest wait for a prefill replica to start a request's prefill "
+        "(Serve's queue: every replica busy, or none alive); then decode prefills it.",
+    )
     prefill_timeout_s: float = Field(
         10.0,
         gt=0,
-        description="Longest wait for the prefill pool before decode recomputes the prompt.",
+        description="Longest a prefill may run once its replica started it; then the "
+        "next transport is tried.",
     )
     transfer_timeout_s: float = Field(
         30.0,
         gt=0,
-        description="Longest wait for decode's first token when it must pull KV (a hung "
-        "transfer); then the next transport is tried. Recompute has no such limit.",
+        description="Longest wait for decode's first token when it must pull KV, counted "
+        "from when the decode replica started the request (a hung transfer); then the "
+        "next transport is tried. Time in the decode pool's queue does not count, and "
+        "recompute has no such limit.",
     )
     kv_lease_s: int = Field(
         30,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,9 +27,11 @@ from typing import Any
 from app.config import AppConfig
 from app.engine_setup import engine_arguments, engine_environment, free_port, side_channel_host
 from app.kv_transport import object_store
+from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Transport
+from app.kv_transport.kv_read import nixl_read
 from app.kv_transport.payload import LOAD_PATH, NUM_TOKENS, SAVE_PATH
-from app.records import EngineStats, GenerateRequest, PrefillResult, Role, TokenChunk
+from app.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
 
 # Counters and gauges copied out of vLLM's Prometheus registry by `stats()`.
 _STAT_PREFIXES = (
@@ -46,23 +47,6 @@ _STAT_PREFIXES = (
     "vllm:kv_cache_usage_perc",
     "vllm:request_success",
 )
-
-
-def _kv_geometry(engine: Any) -> tuple[int, int]:
-    """(block size in tokens, KV bytes per token) of a vLLM engine; zeros if unknown."""
-    try:
-        vllm_config = engine.vllm_config
-        model, parallel = vllm_config.model_config, vllm_config.parallel_config
-        per_token = (
-            2
-            * model.get_num_layers(parallel)
-            * model.get_num_kv_heads(parallel)
-            * model.get_head_size()
-            * model.dtype.itemsize
-        )
-        return int(vllm_config.cache_config.block_size), int(per_token)
-    except AttributeError:
-        return 0, 0
 
 
 class EngineServer:
@@ -86,7 +70,6 @@ class EngineServer:
         self.stream_interval_s = stream_interval_s
         self.stream_messages_per_s = stream_messages_per_s
         self.streams = 0  # generate() calls in progress
-        self.block_size, self.kv_bytes_per_token = _kv_geometry(engine)
 
     @classmethod
     def start(cls, role: Role, config: AppConfig, model_path: str) -> EngineServer:
@@ -117,16 +100,16 @@ class EngineServer:
 
     async def prefill(
         self, request: GenerateRequest, transport: Transport = Transport.NIXL
-    ) -> PrefillResult:
+    ) -> AsyncIterator[Started | PrefillResult]:
         """Compute the prompt's KV and hand it over by ``transport``.
 
-        NIXL: the engine keeps the blocks for a decode replica to pull (until pulled,
-        aborted, or the lease expires). Object store: the engine writes the blocks to a
-        payload file, which is moved into the Ray object store.
+        Yields :class:`Started` as the engine gets the request, then the result. NIXL:
+        the engine keeps the blocks for a decode replica to pull (until pulled, aborted,
+        or the lease expires). Object store: the engine writes the blocks to a payload
+        file, which is moved into the Ray object store.
         """
         from vllm import SamplingParams
 
-        started = time.perf_counter()
         path = None
         if transport is Transport.OBJECT_STORE:
             path = object_store.new_payload_path("prefill")
@@ -139,41 +122,41 @@ class EngineServer:
             max_tokens=1, detokenize=False, extra_args={"kv_transfer_params": kv}
         )
         try:
+            yield Started(self.engine_id)
             final = None
             async for output in self._run(request, params):
                 final = output
             if final is None:
                 raise RuntimeError(f"prefill of {request.request_id} produced no output")
+            cached = int(final.num_cached_tokens or 0)
             if path is not None:
-                ref, nbytes, publish_s = await object_store.publish(path)
-                return PrefillResult(
+                ref, _, publish_s = await object_store.publish(path)
+                yield PrefillResult(
                     kv_transfer_params=None,
                     num_prompt_tokens=len(request.prompt_token_ids),
-                    seconds=time.perf_counter() - started,
                     kv_object=ref,
-                    kv_bytes=nbytes,
                     publish_s=publish_s,
-                    engine_id=self.engine_id,
-                    num_cached_tokens=int(final.num_cached_tokens or 0),
+                    num_cached_tokens=cached,
                 )
+                return
             if not final.kv_transfer_params:
                 raise RuntimeError(f"prefill of {request.request_id} returned no KV location")
-            return PrefillResult(
+            yield PrefillResult(
                 kv_transfer_params=dict(final.kv_transfer_params),
                 num_prompt_tokens=len(request.prompt_token_ids),
-                seconds=time.perf_counter() - started,
-                engine_id=self.engine_id,
-                num_cached_tokens=int(final.num_cached_tokens or 0),
+                num_cached_tokens=cached,
             )
         finally:
             if path is not None:
                 object_store.remove(path)
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk]:
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[Started | TokenChunk]:
         """Stream the request's new tokens, loading transferred KV when the request has some.
 
-        If the transferred KV cannot be used, the only chunk is one with
-        ``transfer_failed`` set and no tokens, so the caller can fall back.
+        Yields :class:`Started` first, as the engine gets the request. If the transferred
+        KV cannot be used, the next and last chunk has ``transfer_failed`` set and no
+        tokens, so the caller can fall back. With NIXL, the last chunk carries the KV's
+        size and read time as the decode engine's connector recorded them.
 
         After the first chunk, the next is taken no sooner than :meth:`chunk_interval`
         after the previous one was handed on: meanwhile vLLM merges the steps' new tokens
@@ -190,28 +173,34 @@ class EngineServer:
         fetch_s = 0.0
         self.streams += 1
         try:
+            yield Started(self.engine_id)
             if request.kv_object is not None:
                 path = object_store.new_payload_path("decode")
                 try:
                     kv_bytes, fetch_s = await object_store.materialize(request.kv_object, path)
                 except Exception as exc:  # lost object, dead owner, bad payload
-                    yield TokenChunk(
-                        "", [], transfer_failed=f"object store: {type(exc).__name__}: {exc}"
+                    failure = TransferFailure(
+                        FailureKind.OBJECT_STORE_GET, f"{type(exc).__name__}: {exc}"
                     )
+                    yield TokenChunk("", [], transfer_failed=failure)
                     return
                 kv = {LOAD_PATH: path, NUM_TOKENS: request.kv_num_tokens}
-            elif kv is not None and kv.get("remote_block_ids"):
-                kv_bytes = self._nixl_bytes(kv)
             if kv is not None:
                 params.extra_args = {**(params.extra_args or {}), "kv_transfer_params": kv}
             first = True
             async for output in self._run(request, params):
                 completion = output.outputs[0]
                 if first and kv and completion.finish_reason == "error":
-                    yield TokenChunk(
-                        "", [], transfer_failed="the decode engine could not load the KV"
+                    failure = TransferFailure(
+                        FailureKind.KV_LOAD, "the decode engine could not load the KV"
                     )
+                    yield TokenChunk("", [], transfer_failed=failure)
                     return
+                if output.finished and output.kv_transfer_params:
+                    kv_bytes, fetch_s = nixl_read(output.kv_transfer_params) or (
+                        kv_bytes,
+                        fetch_s,
+                    )
                 yield TokenChunk(
                     text=completion.text,
                     token_ids=list(completion.token_ids),
@@ -221,9 +210,8 @@ class EngineServer:
                     logprobs=completion.logprobs,
                     cumulative_logprob=completion.cumulative_logprob,
                     prompt_logprobs=output.prompt_logprobs if first else None,
-                    kv_bytes=kv_bytes if first else 0,
-                    kv_fetch_s=fetch_s if first else 0.0,
-                    engine_id=self.engine_id if first else "",
+                    kv_bytes=kv_bytes if first or output.finished else 0,
+                    kv_fetch_s=fetch_s if first or output.finished else 0.0,
                 )
                 first = False
                 interval = self.chunk_interval()
@@ -239,11 +227,6 @@ class EngineServer:
         if not self.stream_messages_per_s:
             return self.stream_interval_s
         return min(self.stream_interval_s, self.streams / self.stream_messages_per_s)
-
-    def _nixl_bytes(self, kv: dict[str, Any]) -> int:
-        """Bytes NIXL moves for these params: whole blocks of every layer."""
-        blocks = sum(len(group) for group in kv.get("remote_block_ids") or ())
-        return blocks * self.block_size * self.kv_bytes_per_token
 
     async def _run(self, request: GenerateRequest, params: Any) -> AsyncIterator[Any]:
         finished = False

@@ -80,7 +80,9 @@ def kv_transfer_config(role: Role, config: AppConfig, engine_id: str) -> Any:
         if transport is Transport.NIXL:
             connectors.append(
                 {
-                    "kv_connector": "NixlConnector",
+                    # vLLM's NixlConnector, recording each request's read (bytes, time).
+                    "kv_connector": "TimedNixlConnector",
+                    "kv_connector_module_path": "app.kv_transport.timed_nixl",
                     "kv_role": kv_role,
                     "kv_buffer_device": device,
                     "kv_connector_extra_config": {"kv_lease_duration": config.transport.kv_lease_s},

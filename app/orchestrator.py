@@ -13,46 +13,58 @@ runs the same against Ray Serve handles and against test fakes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
-from app.config import Mode
+from app.config import Mode, TransportConfig
 from app.errors import describe_failure
+from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Attempt, TransferReport, Transport
-from app.records import GenerateRequest, PrefillResult, TokenChunk
+from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from app.routing.disaggregation import decide
+
+logger = logging.getLogger("splitserve.orchestrator")
 
 
 class PoolClient(ABC):
     """How the orchestrator reaches one pool of engine replicas.
 
     Contracts:
-    - ``prefill``: runs the prompt on one replica and hands its KV over by ``transport``
-      (NIXL: the replica holds the blocks until a decode replica pulls them, the
-      request is aborted, or the lease expires; object store: the result references a
-      Ray object freed when the last reference is dropped). Raises on failure.
+    - Both calls first yield :class:`Started` when a replica hands the request to its
+      engine (what came before was Serve's queue), then their results.
+    - ``prefill``: runs the prompt on one replica and hands its KV over by ``transport``,
+      then yields one :class:`PrefillResult` (NIXL: the replica holds the blocks until a
+      decode replica pulls them, the request is aborted, or the lease expires; object
+      store: the result references a Ray object freed when the last reference is
+      dropped). Raises on failure.
     - ``generate``: streams the request's tokens from one replica. If the request's
-      transferred KV cannot be used, the first chunk has ``transfer_failed`` set and no
-      tokens. Closing the iterator early (the caller stops, is cancelled or times out)
-      must abort the request on that replica and free its KV blocks.
+      transferred KV cannot be used, the first chunk after ``Started`` has
+      ``transfer_failed`` set and no tokens. Closing either iterator early (the caller
+      stops, is cancelled or times out) must abort the request on that replica and free
+      its KV blocks.
     """
 
     @abstractmethod
-    async def prefill(self, request: GenerateRequest, transport: Transport) -> PrefillResult: ...
+    def prefill(
+        self, request: GenerateRequest, transport: Transport
+    ) -> AsyncIterator[Started | PrefillResult]: ...
 
     @abstractmethod
-    def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk]: ...
+    def generate(self, request: GenerateRequest) -> AsyncIterator[Started | TokenChunk]: ...
 
 
 @dataclass
 class RequestTimings:
     """Where one request's time went, in seconds, and how its KV moved (filled as it runs)."""
 
-    prefill_s: float = 0.0
+    prefill_queue_s: float = 0.0  # waiting for a prefill replica (Serve's queue)
+    prefill_s: float = 0.0  # the prefill itself, once a replica started it
+    decode_queue_s: float = 0.0  # waiting for a decode replica (Serve's queue)
     kv_fetch_s: float = 0.0
-    decode_first_token_s: float = 0.0
+    decode_first_token_s: float = 0.0  # decode replica started it -> first token
     first_token_s: float = 0.0
     total_s: float = 0.0
     transfer: TransferReport = field(default_factory=TransferReport)
@@ -64,11 +76,19 @@ class RequestTimings:
     @property
     def disaggregated(self) -> bool:
         """Whether a remote prefill served the request (not a local prefill on decode)."""
-        return self.transfer.remote_prefill and bool(self.prefill_engine)
+        return self.transfer.transport not in (None, Transport.RECOMPUTE)
 
 
 class Orchestrator:
-    """Runs requests in ``mode`` over a prefill pool (disaggregated only) and a decode pool."""
+    """Runs requests in ``mode`` over a prefill pool (disaggregated only) and a decode pool.
+
+    Timeouts, each measuring what it names (``transport`` in the YAML):
+    ``prefill_queue_timeout_s`` bounds the wait for a prefill replica to start the
+    prefill; ``prefill_timeout_s`` the prefill itself from then; ``transfer_timeout_s``
+    the wait for decode's first token from when the decode replica started the request
+    (the KV read and one step). Waiting in the decode pool's queue has no limit but the
+    request's deadline: a busy decode pool would be as busy for a recompute.
+    """
 
     def __init__(
         self,
@@ -76,9 +96,8 @@ class Orchestrator:
         decode: PoolClient,
         prefill: PoolClient | None = None,
         plan: tuple[Transport, ...] = (Transport.NIXL, Transport.RECOMPUTE),
-        prefill_timeout_s: float = 30.0,
+        timeouts: TransportConfig | None = None,
         on_transfer: Callable[[TransferReport], None] | None = None,
-        transfer_timeout_s: float = 30.0,
         local_prefill_below_tokens: int = 0,
         max_prefill_backlog: int = 1 << 30,
     ) -> None:
@@ -90,8 +109,7 @@ class Orchestrator:
         self.decode = decode
         self.prefill = prefill
         self.plan = plan
-        self.prefill_timeout_s = prefill_timeout_s
-        self.transfer_timeout_s = transfer_timeout_s
+        self.timeouts = timeouts or TransportConfig()
         self.on_transfer = on_transfer
         self.local_prefill_below_tokens = local_prefill_below_tokens
         self.max_prefill_backlog = max_prefill_backlog
@@ -104,16 +122,15 @@ class Orchestrator:
         timings = timings or RequestTimings()
         started = time.perf_counter()
         if self.mode is Mode.COLOCATED:
-            chunks = self.decode.generate(request)
+            chunks = self._decode_only(request, timings)
         else:
-            chunks = self._disaggregated(request, timings, started)
+            chunks = self._disaggregated(request, timings)
         last = 0.0
         try:
             async for chunk in chunks:
                 now = time.perf_counter() - started
                 if not last:
                     timings.first_token_s = now
-                    timings.decode_engine = chunk.engine_id
                 elif chunk.token_ids:
                     timings.token_gaps_s.append(now - last)
                 last = now
@@ -123,7 +140,7 @@ class Orchestrator:
         timings.total_s = time.perf_counter() - started
 
     async def _disaggregated(
-        self, request: GenerateRequest, timings: RequestTimings, started: float
+        self, request: GenerateRequest, timings: RequestTimings
     ) -> AsyncIterator[TokenChunk]:
         report = timings.transfer
         decision = decide(
@@ -134,10 +151,25 @@ class Orchestrator:
             request.local_prefill_reason,
         )
         report.remote_prefill, report.decision_reason = decision.remote, decision.reason
-        plan = self.plan if decision.remote else (Transport.RECOMPUTE,)
+        chunks = (
+            self._transferred(request, timings)
+            if decision.remote
+            else self._decode_only(request, timings)
+        )
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+            self._record(report)
+
+    async def _transferred(
+        self, request: GenerateRequest, timings: RequestTimings
+    ) -> AsyncIterator[TokenChunk]:
+        """Try the plan's transports in order; the first whose KV decode can use serves."""
+        report = timings.transfer
         prefill_reachable = True
-        for number, transport in enumerate(plan):
-            attempt_started = time.perf_counter()
+        for number, transport in enumerate(self.plan):
             attempt = (
                 request
                 if number == 0
@@ -147,21 +179,11 @@ class Orchestrator:
                 if not prefill_reachable:
                     continue  # every transport but recompute needs the prefill pool
                 try:
-                    result = await self._prefill(attempt, transport)
-                except (TimeoutError, Exception) as exc:
+                    result = await self._prefill(attempt, transport, timings)
+                except Exception as exc:  # any failure falls back to the next transport
                     prefill_reachable = False
-                    report.attempts.append(
-                        Attempt(
-                            transport,
-                            False,
-                            f"prefill failed: {describe_failure(exc)}",
-                            time.perf_counter() - attempt_started,
-                        )
-                    )
+                    report.attempts.append(Attempt(transport, _prefill_failure(exc)))
                     continue
-                timings.prefill_s += time.perf_counter() - attempt_started
-                timings.prefill_engine = result.engine_id
-                timings.prefill_cached_tokens = result.num_cached_tokens
                 attempt = replace(
                     attempt,
                     kv_transfer_params=result.kv_transfer_params,
@@ -169,59 +191,146 @@ class Orchestrator:
                     kv_num_tokens=result.num_prompt_tokens,
                 )
                 report.transfer_s = result.publish_s
-            decode_started = time.perf_counter()
             stream = self.decode.generate(attempt)
             try:
-                try:
-                    first = await self._first_chunk(stream, transport)
-                except TimeoutError:
-                    first = TokenChunk(
-                        "", [], transfer_failed=f"no first token in {self.transfer_timeout_s:g} s"
-                    )
-                if first is not None and first.transfer_failed:
-                    report.attempts.append(
-                        Attempt(
-                            transport,
-                            False,
-                            first.transfer_failed,
-                            time.perf_counter() - attempt_started,
-                        )
-                    )
+                first = await self._first_chunk(stream, transport, timings)
+                if first is not None and first.transfer_failed is not None:
+                    report.attempts.append(Attempt(transport, first.transfer_failed))
                     continue
-                report.attempts.append(
-                    Attempt(transport, True, None, time.perf_counter() - attempt_started)
-                )
-                if first is not None:
-                    timings.decode_first_token_s = time.perf_counter() - decode_started
-                    timings.kv_fetch_s = first.kv_fetch_s
-                    report.kv_bytes = first.kv_bytes
-                    report.transfer_s += first.kv_fetch_s
-                if self.on_transfer is not None:
-                    self.on_transfer(report)
+                report.attempts.append(Attempt(transport))
                 if first is None:
                     return
+                publish_s = report.transfer_s
+                _note_kv(first, timings, publish_s)
                 yield first
-                async for chunk in stream:
-                    yield chunk
+                async for item in stream:
+                    if isinstance(item, TokenChunk):
+                        _note_kv(item, timings, publish_s)
+                        yield item
                 return
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
         raise RuntimeError("every transport failed, recompute included")
 
-    async def _first_chunk(
-        self, stream: AsyncIterator[TokenChunk], transport: Transport
-    ) -> TokenChunk | None:
-        """The decode stream's first chunk; a transfer that hangs counts as failed."""
-        if transport is Transport.RECOMPUTE:
-            return await anext(aiter(stream), None)
-        async with asyncio.timeout(self.transfer_timeout_s):
-            return await anext(aiter(stream), None)
+    async def _decode_only(
+        self, request: GenerateRequest, timings: RequestTimings
+    ) -> AsyncIterator[TokenChunk]:
+        """The whole request on the decode (or colocated) pool: no KV moves."""
+        stream = self.decode.generate(request)
+        try:
+            async for item in stream:
+                if isinstance(item, Started):
+                    timings.decode_engine = item.engine_id
+                else:
+                    yield item
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
 
-    async def _prefill(self, request: GenerateRequest, transport: Transport) -> PrefillResult:
+    async def _first_chunk(
+        self,
+        stream: AsyncIterator[Started | TokenChunk],
+        transport: Transport,
+        timings: RequestTimings,
+    ) -> TokenChunk | None:
+        """The decode stream's first chunk of tokens (None: the stream ended empty).
+
+        The wait for the decode replica has no limit here (the request's deadline bounds
+        it); the transfer's does, from when the replica started the request: a transfer
+        that hangs fails the attempt. A decode call that raises fails the attempt, and
+        the request, with it.
+        """
+        queued = time.perf_counter()
+        try:
+            item = await anext(aiter(stream), None)
+            if isinstance(item, Started):
+                timings.decode_queue_s += time.perf_counter() - queued
+                timings.decode_engine = item.engine_id
+                started = time.perf_counter()
+                limit = (
+                    None if transport is Transport.RECOMPUTE else self.timeouts.transfer_timeout_s
+                )
+                try:
+                    async with asyncio.timeout(limit):
+                        item = await anext(aiter(stream), None)
+                except TimeoutError:
+                    return TokenChunk(
+                        "",
+                        [],
+                        transfer_failed=TransferFailure(
+                            FailureKind.TRANSFER_TIMEOUT,
+                            f"no first token {limit:g} s after the decode replica started",
+                        ),
+                    )
+                timings.decode_first_token_s = time.perf_counter() - started
+        except Exception as exc:
+            timings.transfer.attempts.append(
+                Attempt(transport, TransferFailure(FailureKind.DECODE_ERROR, describe_failure(exc)))
+            )
+            raise
+        assert item is None or isinstance(item, TokenChunk)
+        return item
+
+    async def _prefill(
+        self, request: GenerateRequest, transport: Transport, timings: RequestTimings
+    ) -> PrefillResult:
+        """One prefill: the wait for a replica and its run each within their timeout."""
         assert self.prefill is not None
         self.prefills_in_flight += 1
+        stream = self.prefill.prefill(request, transport)
+        queued = time.perf_counter()
         try:
-            async with asyncio.timeout(self.prefill_timeout_s):
-                return await self.prefill.prefill(request, transport)
+            try:
+                async with asyncio.timeout(self.timeouts.prefill_queue_timeout_s):
+                    started = await anext(aiter(stream))
+            except TimeoutError as exc:
+                raise _Timeout(
+                    FailureKind.PREFILL_QUEUE_TIMEOUT, self.timeouts.prefill_queue_timeout_s
+                ) from exc
+            assert isinstance(started, Started)
+            timings.prefill_queue_s += time.perf_counter() - queued
+            running = time.perf_counter()
+            try:
+                async with asyncio.timeout(self.timeouts.prefill_timeout_s):
+                    result = await anext(aiter(stream))
+            except TimeoutError as exc:
+                raise _Timeout(
+                    FailureKind.PREFILL_TIMEOUT, self.timeouts.prefill_timeout_s
+                ) from exc
+            assert isinstance(result, PrefillResult)
+            timings.prefill_s += time.perf_counter() - running
+            timings.prefill_engine = started.engine_id
+            timings.prefill_cached_tokens = result.num_cached_tokens
+            return result
         finally:
             self.prefills_in_flight -= 1
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    def _record(self, report: TransferReport) -> None:
+        if self.on_transfer is None:
+            return
+        try:
+            self.on_transfer(report)
+        except Exception:  # metrics must never fail a request
+            logger.exception("recording the transfer report failed")
+
+
+def _note_kv(chunk: TokenChunk, timings: RequestTimings, publish_s: float) -> None:
+    """Take the KV's size and fetch time from the chunk that reports them."""
+    if chunk.kv_fetch_s or chunk.kv_bytes:
+        timings.kv_fetch_s = chunk.kv_fetch_s or timings.kv_fetch_s
+        timings.transfer.kv_bytes = chunk.kv_bytes or timings.transfer.kv_bytes
+        timings.transfer.transfer_s = publish_s + timings.kv_fetch_s
+
+
+class _Timeout(Exception):
+    """A prefill timeout, with its kind."""
+
+    def __init__(self, kind: FailureKind, seconds: float) -> None:
+        super().__init__(f"no answer within {seconds:g} s")
+        self.kind = kind
+
+
+def _prefill_failure(exc: Exception) -> TransferFailure:
+    if isinstance(exc, _Timeout):
+        return TransferFailure(exc.kind, str(exc))
+    return TransferFailure(FailureKind.PREFILL_ERROR, describe_failure(exc))

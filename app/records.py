@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from app.kv_transport.failure import TransferFailure
+
 
 class Role(StrEnum):
     """What an engine replica does in the application."""
@@ -38,14 +40,23 @@ class GenerateRequest:
 
 
 @dataclass(frozen=True)
+class Started:
+    """A pool's first message for a request: its replica has handed it to the engine.
+
+    Everything before it is Serve's queue; the ingress's timeouts on the prefill's own
+    time and on the KV transfer start here.
+    """
+
+    engine_id: str
+
+
+@dataclass(frozen=True)
 class PrefillResult:
     """What the prefill pool returns: where decode finds the prompt's KV."""
 
     kv_transfer_params: dict[str, Any] | None
     num_prompt_tokens: int
-    seconds: float
     kv_object: Any = None  # object store: ObjectRef of the KV payload
-    kv_bytes: int = 0
     publish_s: float = 0.0
     engine_id: str = ""
     num_cached_tokens: int = 0  # prompt tokens the prefill engine found in its prefix cache
@@ -64,11 +75,13 @@ class TokenChunk:
     logprobs: Any = None
     cumulative_logprob: float | None = None
     prompt_logprobs: Any = None  # first chunk only, when the request asked for them
-    # Only on a request's first chunk:
-    transfer_failed: str | None = None  # the KV could not be used; nothing was generated
+    # On the first chunk only: the KV could not be used; nothing was generated.
+    transfer_failed: TransferFailure | None = None
+    # How the KV arrived, on the chunk that first knows it (object store: the first;
+    # NIXL: the last, from the connector's record of the read).
     kv_bytes: int = 0  # bytes of KV this replica received for the request
-    kv_fetch_s: float = 0.0  # object store: getting the payload next to the engine
-    engine_id: str = ""  # the engine that serves the request
+    kv_fetch_s: float = 0.0  # getting the KV next to the engine
+    engine_id: str = ""  # the engine that serves the request (first chunk)
 
 
 @dataclass(frozen=True)

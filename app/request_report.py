@@ -11,22 +11,36 @@ def timing_report(t: RequestTimings) -> dict[str, Any]:
     """One engine request's timings (milliseconds) and transfer."""
     report = t.transfer
     transport = report.transport
+    local = not report.remote_prefill
     return {
         "disaggregated": t.disaggregated,
         "decision": report.decision_reason or None,
         "prefill_engine": t.prefill_engine or None,
         "prefill_cached_tokens": t.prefill_cached_tokens,
         "decode_engine": t.decode_engine or None,
-        "ttft_ms": round(t.first_token_s * 1000, 3),
-        "prefill_ms": round(t.prefill_s * 1000, 3),
-        "kv_transport": transport.value if transport else None,
+        "ttft_ms": _ms(t.first_token_s),
+        "prefill_queue_ms": _ms(t.prefill_queue_s),
+        "prefill_ms": _ms(t.prefill_s),
+        # "local": prefilled on decode by choice, so no KV moved (not a transport).
+        "kv_transport": transport.value if transport else "local" if local else None,
         "kv_bytes": report.kv_bytes,
-        "kv_fetch_ms": round(t.kv_fetch_s * 1000, 3),
-        "decode_first_token_ms": round(t.decode_first_token_s * 1000, 3),
+        "kv_fetch_ms": _ms(t.kv_fetch_s),
+        "decode_queue_ms": _ms(t.decode_queue_s),
+        "decode_first_token_ms": _ms(t.decode_first_token_s),
         "fallbacks": [
-            {"transport": a.transport.value, "reason": a.reason} for a in report.fallbacks
+            {
+                "transport": a.transport.value,
+                "kind": a.failure.kind.value,
+                "reason": a.failure.message,
+            }
+            for a in report.fallbacks
+            if a.failure is not None
         ],
     }
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
 
 
 def splitserve_field(timings: list[RequestTimings]) -> dict[str, Any]:

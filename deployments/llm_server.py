@@ -10,7 +10,7 @@ from app.config import AppConfig
 from app.engine import EngineServer
 from app.kv_transport.fallback import Transport
 from app.model_source import resolve_model
-from app.records import EngineStats, GenerateRequest, PrefillResult, Role, TokenChunk
+from app.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
 
 logger = logging.getLogger("ray.serve")
 
@@ -26,10 +26,11 @@ class LLMServer:
 
     async def prefill(
         self, request: GenerateRequest, transport: Transport = Transport.NIXL
-    ) -> PrefillResult:
-        return await self.server.prefill(request, transport)
+    ) -> AsyncIterator[Started | PrefillResult]:
+        async for item in self.server.prefill(request, transport):
+            yield item
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk]:
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[Started | TokenChunk]:
         async for chunk in self.server.generate(request):
             yield chunk
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from app.kv_transport.fallback import Transport
 from app.orchestrator import PoolClient
-from app.records import GenerateRequest, PrefillResult, TokenChunk
+from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
 
 
 class ServePoolClient(PoolClient):
@@ -21,28 +21,28 @@ class ServePoolClient(PoolClient):
     def __init__(self, handle: Any, grpc: bool = False) -> None:
         self.handle = handle
         self._stream_handle = handle.options(stream=True)
-        self._fast = handle.options(_by_reference=False) if grpc else handle
-        self._fast_stream = self._fast.options(stream=True)
+        fast = handle.options(_by_reference=False) if grpc else handle
+        self._fast_stream = fast.options(stream=True)
 
-    async def prefill(self, request: GenerateRequest, transport: Transport) -> PrefillResult:
-        handle = self.handle if transport is Transport.OBJECT_STORE else self._fast
-        response = handle.prefill.remote(request, transport)
-        try:
-            result: PrefillResult = await response
-        except BaseException:
-            response.cancel()
-            raise
-        return result
+    def prefill(
+        self, request: GenerateRequest, transport: Transport
+    ) -> AsyncIterator[Started | PrefillResult]:
+        handle = self._stream_handle if transport is Transport.OBJECT_STORE else self._fast_stream
+        return _relay(handle.prefill.remote(request, transport))
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk]:
+    def generate(self, request: GenerateRequest) -> AsyncIterator[Started | TokenChunk]:
         handle = self._stream_handle if request.kv_object is not None else self._fast_stream
-        stream = handle.generate.remote(request)
-        finished = False
-        try:
-            async for chunk in stream:
-                yield chunk
-            finished = True
-        finally:
-            if not finished:
-                # Cancelling the call aborts the request inside the replica's engine.
-                stream.cancel()
+        return _relay(handle.generate.remote(request))
+
+
+async def _relay(stream: Any) -> AsyncIterator[Any]:
+    """Re-yield a Serve streaming response; stopping early cancels the call, which
+    aborts the request inside the replica's engine."""
+    finished = False
+    try:
+        async for item in stream:
+            yield item
+        finished = True
+    finally:
+        if not finished:
+            stream.cancel()

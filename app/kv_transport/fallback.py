@@ -2,8 +2,9 @@
 
 ``auto`` tries NIXL first (when this host has it), then the Ray object store, then
 recomputes the prompt on the decode replica. ``nixl`` and ``object_store`` try only that
-transport before recomputing. Recompute always works, so a client never sees a transfer
-failure, only (at worst) a slower first token.
+transport before recomputing. Recompute needs no transfer, so a client never sees a
+transfer failure, only (at worst) a slower first token; a request fails only when the
+decode pool itself does.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from app.kv_transport.failure import TransferFailure
 
 
 class Transport(StrEnum):
@@ -43,12 +46,14 @@ def engine_transports(kind: str, nixl_available: bool) -> tuple[Transport, ...]:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One try at moving a request's KV."""
+    """One try at moving a request's KV; ``failure`` is None when it served the request."""
 
     transport: Transport
-    ok: bool
-    reason: str | None = None
-    seconds: float = 0.0
+    failure: TransferFailure | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
 
 
 @dataclass
@@ -63,8 +68,15 @@ class TransferReport:
 
     @property
     def transport(self) -> Transport | None:
+        """The transport that served the request; None for a local prefill (no KV moved)
+        and for a request no transport served."""
         served = [a for a in self.attempts if a.ok]
         return served[-1].transport if served else None
+
+    @property
+    def unserved(self) -> bool:
+        """A remote-prefill request whose every attempt failed (it ended in an error)."""
+        return self.remote_prefill and bool(self.attempts) and self.transport is None
 
     @property
     def fallbacks(self) -> list[Attempt]:

@@ -2,8 +2,10 @@
 in the Ray dashboard and in Grafana as ``ray_splitserve_kv_*``).
 
 Recorded by the ingress once per disaggregated request, from its :class:`TransferReport`:
-which transport served it, bytes and seconds of the transfer, and each fallback taken
-with its reason.
+whether it was prefilled remotely or locally (and why), which transport served it, bytes
+and seconds of the transfer, each fallback taken with its kind (a
+:class:`~app.kv_transport.failure.FailureKind`), and requests no transport served.
+A local prefill moves no KV, so it counts only as a decision, never as a transport.
 """
 
 from __future__ import annotations
@@ -13,19 +15,6 @@ from typing import Any
 from app.kv_transport.fallback import TransferReport
 
 _SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]
-
-
-def _reason_kind(reason: str | None) -> str:
-    """A low-cardinality label for a fallback reason (the full text goes to the log)."""
-    if not reason:
-        return "unknown"
-    if reason.startswith("prefill failed"):
-        return "prefill_failed"
-    if reason.startswith("object store"):
-        return "object_store_get_failed"
-    if "could not load" in reason:
-        return "engine_load_failed"
-    return "other"
 
 
 class RayTransferMetrics:
@@ -47,7 +36,7 @@ class RayTransferMetrics:
         self._seconds = metrics.Histogram(
             "splitserve_kv_transfer_seconds",
             description="Time to move one request's KV (object store: put + get; NIXL: "
-            "see vllm:nixl_xfer_time_seconds on the decode replicas).",
+            "from the decode engine's allocation of its blocks to the read's end).",
             boundaries=_SECONDS_BUCKETS,
             tag_keys=("transport",),
         )
@@ -58,8 +47,13 @@ class RayTransferMetrics:
         )
         self._fallbacks = metrics.Counter(
             "splitserve_kv_fallbacks",
-            description="Transfers that failed and fell back to the next transport.",
+            description="Transfer attempts that failed, by transport and failure kind.",
             tag_keys=("transport", "reason"),
+        )
+        self._unserved = metrics.Counter(
+            "splitserve_kv_unserved",
+            description="Remote-prefill requests no transport served (recompute included): "
+            "they ended in an error.",
         )
 
     def record(self, report: TransferReport) -> None:
@@ -72,15 +66,16 @@ class RayTransferMetrics:
             },
         )
         for attempt in report.fallbacks:
-            self._fallbacks.inc(
-                1,
-                tags={"transport": attempt.transport.value, "reason": _reason_kind(attempt.reason)},
-            )
+            assert attempt.failure is not None
+            tags = {"transport": attempt.transport.value, "reason": attempt.failure.kind.value}
+            self._fallbacks.inc(1, tags=tags)
+        if report.unserved:
+            self._unserved.inc(1)
         if transport is None:
             return
-        tags: dict[str, Any] = {"transport": transport.value}
-        self._requests.inc(1, tags=tags)
+        served: dict[str, Any] = {"transport": transport.value}
+        self._requests.inc(1, tags=served)
         if report.kv_bytes:
-            self._bytes.inc(report.kv_bytes, tags=tags)
+            self._bytes.inc(report.kv_bytes, tags=served)
         if report.transfer_s:
-            self._seconds.observe(report.transfer_s, tags=tags)
+            self._seconds.observe(report.transfer_s, tags=served)

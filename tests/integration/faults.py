@@ -19,6 +19,27 @@ def handle(deployment: str) -> Any:
     return serve.get_deployment_handle(deployment, app_name=APP)
 
 
+def prefill_once(request: Any, transport: Any = None) -> Any:
+    """Prefill ``request`` on the Prefill pool (NIXL by default); its PrefillResult."""
+    from app.kv_transport.fallback import Transport
+    from app.records import PrefillResult
+
+    stream = (
+        handle("Prefill").options(stream=True).prefill.remote(request, transport or Transport.NIXL)
+    )
+    results = [item for item in stream if isinstance(item, PrefillResult)]
+    assert len(results) == 1, results
+    return results[0]
+
+
+def decode_chunks(request: Any) -> list[Any]:
+    """Every TokenChunk the Decode pool streams for ``request`` (the Started marker left out)."""
+    from app.records import TokenChunk
+
+    stream = handle("Decode").options(stream=True).generate.remote(request)
+    return [item for item in stream if isinstance(item, TokenChunk)]
+
+
 def call(deployment: str, method: str) -> Any:
     """Call a replica method and wait for it, also from inside a running event loop
     (where Serve refuses a blocking ``.result()``)."""

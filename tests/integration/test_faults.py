@@ -8,17 +8,20 @@ import time
 import httpx
 import pytest
 
-from app.config import Mode
+from app.config import Mode, TransportConfig
+from app.kv_transport.failure import FailureKind
 from app.kv_transport.fallback import Transport, transfer_plan
 from app.orchestrator import Orchestrator, PoolClient, RequestTimings
-from app.records import GenerateRequest
+from app.records import GenerateRequest, PrefillResult
 from deployments.pool_client import ServePoolClient
 from tests.integration.conftest import TEST_KV_LEASE_S
 from tests.integration.faults import (
     all_blocks_free,
     assert_no_kv_held,
+    decode_chunks,
     handle,
     kill_replica,
+    prefill_once,
     wait_healthy,
     wait_processes_gone,
     wait_until,
@@ -42,19 +45,14 @@ def test_unreachable_nixl_peer_is_reported_not_hung(apps, http):
     (The orchestrator then falls back: tests/integration/test_transport_fallback.py.)
     """
     prompt = random_prompt(5101, 260)
-    real = handle("Prefill").prefill.remote(GenerateRequest("unreach", prompt, _params())).result()
+    real = prefill_once(GenerateRequest("unreach", prompt, _params()))
     params = dict(real.kv_transfer_params)
     # A peer nobody listens for: a new engine id (no cached handshake) on a closed port.
     params.update(remote_engine_id="prefill-gone", remote_port=1)
     started = time.monotonic()
-    stream = (
-        handle("Decode")
-        .options(stream=True)
-        .generate.remote(GenerateRequest("unreach-d", prompt, _params(), params))
-    )
-    chunks = list(stream)
+    chunks = decode_chunks(GenerateRequest("unreach-d", prompt, _params(), params))
     assert len(chunks) == 1 and chunks[0].token_ids == []
-    assert "could not load" in chunks[0].transfer_failed
+    assert chunks[0].transfer_failed.kind is FailureKind.KV_LOAD
     assert time.monotonic() - started < 60
     # The real prefill blocks were never pulled: its lease frees them.
     assert_no_kv_held("Prefill", "Decode", timeout_s=TEST_KV_LEASE_S + 30)
@@ -62,7 +60,7 @@ def test_unreachable_nixl_peer_is_reported_not_hung(apps, http):
 
 def test_lease_expiry_frees_unpulled_prefill_blocks(apps):
     prompt = random_prompt(5202, 300)
-    handle("Prefill").prefill.remote(GenerateRequest("lease", prompt, _params())).result()
+    prefill_once(GenerateRequest("lease", prompt, _params()))
     assert not all_blocks_free("Prefill"), "prefill must hold the KV until pulled or expired"
     started = time.monotonic()
     assert_no_kv_held("Prefill", timeout_s=TEST_KV_LEASE_S + 30)
@@ -97,13 +95,13 @@ class KillAfterPrefill(PoolClient):
         self.engine_pids: list[int] = []
 
     async def prefill(self, request, transport):
-        result = await self.inner.prefill(request, transport)
-        if not self.engine_pids:
-            self.engine_pids = kill_replica("Prefill")
-            # The engine's processes outlive the replica for a moment, and NIXL can still
-            # read from them; wait until the KV is really gone.
-            await asyncio.to_thread(wait_processes_gone, self.engine_pids)
-        return result
+        async for item in self.inner.prefill(request, transport):
+            if isinstance(item, PrefillResult) and not self.engine_pids:
+                self.engine_pids = kill_replica("Prefill")
+                # The engine's processes outlive the replica for a moment, and NIXL can
+                # still read from them; wait until the KV is really gone.
+                await asyncio.to_thread(wait_processes_gone, self.engine_pids)
+            yield item
 
     def generate(self, request):
         raise AssertionError("not a decode pool")
@@ -119,7 +117,7 @@ async def test_prefill_killed_before_decode_pulls(apps, http):
         ServePoolClient(handle("Decode")),
         prefill,
         plan=transfer_plan("auto", nixl_available=True),
-        prefill_timeout_s=5,
+        timeouts=TransportConfig(prefill_queue_timeout_s=5),
     )
     timings = RequestTimings()
     started = time.monotonic()

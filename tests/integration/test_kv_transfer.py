@@ -1,10 +1,9 @@
 """Proof that decode used the KV prefill computed, pulled over NIXL, not a recompute."""
 
-from typing import Any
-
 from ray import serve
 
 from app.records import GenerateRequest
+from tests.integration.faults import decode_chunks, prefill_once
 from tests.integration.helpers import GREEDY, complete, random_prompt
 
 
@@ -37,8 +36,6 @@ def test_swapped_kv_swaps_outputs(apps, http):
     """
     from vllm import SamplingParams
 
-    prefill = serve.get_deployment_handle("Prefill", app_name="splitserve")
-    decode = serve.get_deployment_handle("Decode", app_name="splitserve").options(stream=True)
     a = random_prompt(9001, 200, last_token=77)
     b = random_prompt(9002, 200, last_token=77)
     want_a = complete(http, apps.colocated, {**GREEDY, "prompt": a})["choices"][0]["text"]
@@ -46,13 +43,12 @@ def test_swapped_kv_swaps_outputs(apps, http):
     assert want_a != want_b
 
     params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
-    kv_a = prefill.prefill.remote(GenerateRequest("swap-a", a, params)).result()
-    kv_b = prefill.prefill.remote(GenerateRequest("swap-b", b, params)).result()
+    kv_a = prefill_once(GenerateRequest("swap-a", a, params))
+    kv_b = prefill_once(GenerateRequest("swap-b", b, params))
 
     def decode_text(request_id, prompt, kv):
         request = GenerateRequest(request_id, prompt, params, kv.kv_transfer_params)
-        stream: Any = decode.generate.remote(request)
-        return "".join(chunk.text for chunk in stream)
+        return "".join(chunk.text for chunk in decode_chunks(request))
 
     assert decode_text("swap-a-with-b", a, kv_b) == want_b
     assert decode_text("swap-b-with-a", b, kv_a) == want_a

@@ -13,9 +13,10 @@ import numpy as np
 import ray
 
 from app.config import Mode
+from app.kv_transport.failure import FailureKind
 from app.kv_transport.fallback import Transport
 from app.orchestrator import Orchestrator, PoolClient, RequestTimings
-from app.records import GenerateRequest
+from app.records import GenerateRequest, PrefillResult
 from deployments.pool_client import ServePoolClient
 from tests.integration.conftest import TEST_KV_LEASE_S
 from tests.integration.faults import assert_no_kv_held, handle, wait_until
@@ -32,18 +33,21 @@ class Breaker(PoolClient):
         self.broken = set(broken)
 
     async def prefill(self, request, transport):
-        result = await self.inner.prefill(request, transport)
-        if transport is NX and NX in self.broken:
+        async for item in self.inner.prefill(request, transport):
+            yield self._spoil(item, transport)
+
+    def _spoil(self, result, transport):
+        if not isinstance(result, PrefillResult) or transport not in self.broken:
+            return result
+        if transport is NX:
             # A peer nobody listens for: a new engine id (no cached handshake), closed port.
             params = {
-                **result.kv_transfer_params,
+                **(result.kv_transfer_params or {}),
                 "remote_engine_id": f"gone-{uuid.uuid4()}",
                 "remote_port": 1,
             }
             return replace(result, kv_transfer_params=params)
-        if transport is OS and OS in self.broken:
-            return replace(result, kv_object=ray.put(np.zeros(64, dtype=np.uint8)))
-        return result
+        return replace(result, kv_object=ray.put(np.zeros(64, dtype=np.uint8)))
 
     def generate(self, request):
         raise AssertionError("not a decode pool")
@@ -98,7 +102,7 @@ async def test_nixl_failure_falls_back_to_the_object_store(apps, http):
     prompt = random_prompt(7200, 260)
     text, report = await _serve(_orchestrator((NX, OS, RC), broken={NX}), prompt, "nx-fail")
     assert report.transport is OS
-    assert [a.transport for a in report.fallbacks] == [NX]
+    assert [(a.transport, a.failure.kind) for a in report.fallbacks] == [(NX, FailureKind.KV_LOAD)]
     assert text == _colocated(apps, http, prompt)
     # The spoiled NIXL hand-over left blocks on prefill: its lease frees them.
     assert_no_kv_held("Prefill", "Decode", timeout_s=TEST_KV_LEASE_S + 30)
@@ -109,7 +113,10 @@ async def test_both_transports_failing_recompute(apps, http):
     prompt = random_prompt(7300, 200)
     text, report = await _serve(_orchestrator((NX, OS, RC), broken={NX, OS}), prompt, "both-fail")
     assert report.transport is RC
-    assert [a.transport for a in report.fallbacks] == [NX, OS]
+    assert [(a.transport, a.failure.kind) for a in report.fallbacks] == [
+        (NX, FailureKind.KV_LOAD),
+        (OS, FailureKind.OBJECT_STORE_GET),
+    ]
     assert text == _colocated(apps, http, prompt)
     assert_no_kv_held("Prefill", "Decode", timeout_s=TEST_KV_LEASE_S + 30)
     assert_objects_freed(objects_before)
@@ -119,5 +126,7 @@ def test_http_response_reports_the_transfer(apps, http):
     body = complete(http, apps.disaggregated, {**GREEDY, "prompt": random_prompt(7400, 300)})
     timing = body["splitserve"]
     assert timing["kv_transport"] == "nixl" and timing["fallbacks"] == []
-    assert timing["kv_bytes"] > 0
+    # Measured by the decode engine's connector: the blocks it read, and how long.
+    assert timing["kv_bytes"] > 0 and timing["kv_fetch_ms"] > 0
     assert 0 < timing["prefill_ms"] <= timing["ttft_ms"]
+    assert timing["kv_fetch_ms"] < timing["ttft_ms"]

@@ -17,7 +17,7 @@ from app.http_api import OpenAIServer
 from app.model_source import resolve_model
 from app.openai_frontend import build_frontend
 from app.orchestrator import Orchestrator, PoolClient, RequestTimings
-from app.records import GenerateRequest, PrefillResult, TokenChunk
+from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
 
 
 class FakePool(PoolClient):
@@ -31,9 +31,8 @@ class FakePool(PoolClient):
 
     async def prefill(self, request, transport=None):
         self.prefills.append(request)
-        return PrefillResult(
-            {"remote_block_ids": [[1]]}, len(request.prompt_token_ids), 0.0, engine_id="p-1"
-        )
+        yield Started("p-1")
+        yield PrefillResult({"remote_block_ids": [[1]]}, len(request.prompt_token_ids))
 
     async def generate(self, request):
         from vllm.logprobs import Logprob

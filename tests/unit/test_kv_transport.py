@@ -60,9 +60,12 @@ def test_bad_payloads_are_refused_by_name(mutate, words):
 
 
 def test_report_names_the_serving_transport_and_fallbacks():
+    from app.kv_transport.failure import FailureKind, TransferFailure
     from app.kv_transport.fallback import Attempt
 
-    report = TransferReport(attempts=[Attempt(NX, False, "x"), Attempt(OS, True)])
-    assert report.transport is OS
+    failed = TransferFailure(FailureKind.KV_LOAD, "x")
+    report = TransferReport(attempts=[Attempt(NX, failed), Attempt(OS)])
+    assert report.transport is OS and not report.unserved
     assert [a.transport for a in report.fallbacks] == [NX]
-    assert TransferReport().transport is None
+    assert TransferReport().transport is None and not TransferReport().unserved
+    assert TransferReport(attempts=[Attempt(NX, failed), Attempt(RC, failed)]).unserved

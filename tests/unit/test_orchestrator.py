@@ -2,10 +2,11 @@ import asyncio
 
 import pytest
 
-from app.config import Mode
+from app.config import Mode, TransportConfig
+from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Transport
 from app.orchestrator import Orchestrator, PoolClient, RequestTimings
-from app.records import GenerateRequest, PrefillResult, TokenChunk
+from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
 
 NX, OS, RC = Transport.NIXL, Transport.OBJECT_STORE, Transport.RECOMPUTE
 CHAIN = (NX, OS, RC)
@@ -14,19 +15,23 @@ CHAIN = (NX, OS, RC)
 class FakePrefill(PoolClient):
     """Hands KV over by any transport, or fails / stalls when told to."""
 
-    def __init__(self, raises=False, stall_s=0.0):
+    def __init__(self, raises=False, stall_s=0.0, queue_s=0.0):
         self.calls: list[tuple[str, Transport]] = []
         self.raises = raises
         self.stall_s = stall_s
+        self.queue_s = queue_s
 
     async def prefill(self, request, transport=NX):
         self.calls.append((request.request_id, transport))
+        await asyncio.sleep(self.queue_s)
+        yield Started("p-1")
         await asyncio.sleep(self.stall_s)
         if self.raises:
             raise RuntimeError("prefill replica died")
         if transport is NX:
-            return PrefillResult({"remote_block_ids": [[7]]}, 3, 0.01)
-        return PrefillResult(None, 3, 0.01, kv_object="ref-1", kv_bytes=100, publish_s=0.002)
+            yield PrefillResult({"remote_block_ids": [[7]]}, 3)
+        else:
+            yield PrefillResult(None, 3, kv_object="ref-1", publish_s=0.002)
 
     async def generate(self, request):
         raise AssertionError("prefill pool never generates")
@@ -34,27 +39,50 @@ class FakePrefill(PoolClient):
 
 
 class FakeDecode(PoolClient):
-    """Streams two chunks; refuses the KV of the transports listed in ``broken``."""
+    """Streams two chunks; refuses the KV of the transports listed in ``broken``.
 
-    def __init__(self, broken=()):
+    NIXL's read is reported on the last chunk, the object store's on the first, as the
+    engine replica does; ``queue_s`` is time in Serve's queue, before ``Started``.
+    """
+
+    def __init__(self, broken=(), queue_s=0.0, dies=False):
         self.broken = set(broken)
+        self.queue_s = queue_s
+        self.dies = dies
         self.generated: list[GenerateRequest] = []
         self.closed = 0
 
     async def prefill(self, request, transport=NX):
         raise AssertionError("decode pool never prefills")
+        yield
 
     async def generate(self, request):
         self.generated.append(request)
         try:
+            await asyncio.sleep(self.queue_s)
+            if self.dies:
+                raise RuntimeError("decode replica died")
+            yield Started("d-1")
             transport = (
                 NX if request.kv_transfer_params else OS if request.kv_object is not None else RC
             )
             if transport in self.broken:
-                yield TokenChunk("", [], transfer_failed=f"{transport} broken")
+                failure = TransferFailure(FailureKind.KV_LOAD, f"{transport} broken")
+                yield TokenChunk("", [], transfer_failed=failure)
                 return
-            yield TokenChunk("a", [1], kv_bytes=64 if transport is not RC else 0)
-            yield TokenChunk("b", [2], finish_reason="length")
+            yield TokenChunk(
+                "a",
+                [1],
+                kv_bytes=100 if transport is OS else 0,
+                kv_fetch_s=0.003 if transport is OS else 0.0,
+            )
+            yield TokenChunk(
+                "b",
+                [2],
+                finish_reason="length",
+                kv_bytes=64 if transport is NX else 0,
+                kv_fetch_s=0.004 if transport is NX else 0.0,
+            )
         finally:
             self.closed += 1
 
@@ -76,7 +104,10 @@ async def test_happy_path_uses_nixl_once():
     assert prefill.calls == [("r1", NX)]  # no object-store save on the happy path
     assert decode.generated[0].kv_transfer_params == {"remote_block_ids": [[7]]}
     assert timings.transfer.transport is NX and not timings.transfer.fallbacks
-    assert timings.transfer.kv_bytes == 64
+    # NIXL's read, as the decode engine's connector reported it on the last chunk
+    assert timings.transfer.kv_bytes == 64 and timings.kv_fetch_s == 0.004
+    assert timings.transfer.transfer_s == 0.004
+    assert timings.prefill_engine == "p-1" and timings.decode_engine == "d-1"
     assert 0 <= timings.prefill_s <= timings.first_token_s <= timings.total_s
 
 
@@ -92,7 +123,11 @@ async def test_nixl_failure_falls_back_to_the_object_store():
     assert [r.request_id for r in decode.generated] == ["r1", "r1.1"]
     assert decode.generated[1].kv_object == "ref-1"
     assert timings.transfer.transport is OS
-    assert [(a.transport, a.reason) for a in timings.transfer.fallbacks] == [(NX, "nixl broken")]
+    assert [(a.transport, a.failure) for a in timings.transfer.fallbacks] == [
+        (NX, TransferFailure(FailureKind.KV_LOAD, "nixl broken"))
+    ]
+    assert timings.transfer.kv_bytes == 100 and timings.kv_fetch_s == 0.003
+    assert timings.transfer.transfer_s == pytest.approx(0.005)  # publish + fetch
     assert reports == [timings.transfer]
     assert decode.closed == 2  # the failed attempt's stream was closed
 
@@ -113,16 +148,50 @@ async def test_dead_prefill_pool_goes_straight_to_recompute():
     assert texts == ["a", "b"]
     assert [t for _, t in prefill.calls] == [NX]  # the object store needs the same pool
     assert timings.transfer.transport is RC
-    assert "prefill replica died" in timings.transfer.fallbacks[0].reason
+    failure = timings.transfer.fallbacks[0].failure
+    assert failure is not None and failure.kind is FailureKind.PREFILL_ERROR
+    assert "prefill replica died" in failure.message
+
+
+def _timeouts(**fields):
+    return TransportConfig(**{"prefill_queue_timeout_s": 5, "prefill_timeout_s": 5, **fields})
 
 
 async def test_stalled_prefill_times_out_into_recompute():
     prefill, decode = FakePrefill(stall_s=5), FakeDecode()
     orchestrator = Orchestrator(
-        Mode.DISAGGREGATED, decode, prefill, plan=CHAIN, prefill_timeout_s=0.05
+        Mode.DISAGGREGATED, decode, prefill, plan=CHAIN, timeouts=_timeouts(prefill_timeout_s=0.05)
     )
     texts, timings = await asyncio.wait_for(_run(orchestrator), 2)
     assert texts == ["a", "b"] and timings.transfer.transport is RC
+    assert [a.failure.kind for a in timings.transfer.fallbacks] == [FailureKind.PREFILL_TIMEOUT]
+
+
+async def test_prefill_queueing_counts_against_the_queue_timeout_not_the_prefill():
+    # 0.2 s in Serve's queue, then a quick prefill: within a 0.1 s prefill timeout.
+    prefill, decode = FakePrefill(queue_s=0.2), FakeDecode()
+    orchestrator = Orchestrator(
+        Mode.DISAGGREGATED, decode, prefill, plan=CHAIN, timeouts=_timeouts(prefill_timeout_s=0.1)
+    )
+    texts, timings = await _run(orchestrator)
+    assert texts == ["a", "b"] and timings.transfer.transport is NX
+    assert timings.prefill_queue_s >= 0.2 > timings.prefill_s
+
+
+async def test_no_prefill_replica_in_time_is_a_queue_timeout():
+    prefill, decode = FakePrefill(queue_s=5), FakeDecode()
+    orchestrator = Orchestrator(
+        Mode.DISAGGREGATED,
+        decode,
+        prefill,
+        plan=CHAIN,
+        timeouts=_timeouts(prefill_queue_timeout_s=0.05),
+    )
+    texts, timings = await asyncio.wait_for(_run(orchestrator), 2)
+    assert texts == ["a", "b"] and timings.transfer.transport is RC
+    assert [a.failure.kind for a in timings.transfer.fallbacks] == [
+        FailureKind.PREFILL_QUEUE_TIMEOUT
+    ]
 
 
 class HangingDecode(FakeDecode):
@@ -130,6 +199,7 @@ class HangingDecode(FakeDecode):
 
     async def generate(self, request):
         if request.kv_transfer_params or request.kv_object is not None:
+            yield Started("d-1")
             await asyncio.sleep(60)
         async for chunk in super().generate(request):
             yield chunk
@@ -137,11 +207,57 @@ class HangingDecode(FakeDecode):
 
 async def test_hung_transfer_times_out_into_the_next_transport():
     orchestrator = Orchestrator(
-        Mode.DISAGGREGATED, HangingDecode(), FakePrefill(), plan=CHAIN, transfer_timeout_s=0.05
+        Mode.DISAGGREGATED,
+        HangingDecode(),
+        FakePrefill(),
+        plan=CHAIN,
+        timeouts=_timeouts(transfer_timeout_s=0.05),
     )
     texts, timings = await asyncio.wait_for(_run(orchestrator), 5)
     assert texts == ["a", "b"] and timings.transfer.transport is RC
-    assert all("no first token" in a.reason for a in timings.transfer.fallbacks)
+    kinds = [a.failure.kind for a in timings.transfer.fallbacks]
+    assert kinds == [FailureKind.TRANSFER_TIMEOUT, FailureKind.TRANSFER_TIMEOUT]
+
+
+async def test_a_busy_decode_queue_is_not_a_failed_transfer():
+    # 0.2 s in the decode pool's queue with a 0.05 s transfer timeout: one prefill, NIXL.
+    prefill, decode = FakePrefill(), FakeDecode(queue_s=0.2)
+    orchestrator = Orchestrator(
+        Mode.DISAGGREGATED, decode, prefill, plan=CHAIN, timeouts=_timeouts(transfer_timeout_s=0.05)
+    )
+    texts, timings = await _run(orchestrator)
+    assert texts == ["a", "b"] and timings.transfer.transport is NX
+    assert len(prefill.calls) == 1 and not timings.transfer.fallbacks
+    assert timings.decode_queue_s >= 0.2
+
+
+async def test_a_dead_decode_pool_fails_the_request_and_is_counted():
+    reports: list[object] = []
+    orchestrator = Orchestrator(
+        Mode.DISAGGREGATED,
+        FakeDecode(dies=True),
+        FakePrefill(),
+        plan=CHAIN,
+        on_transfer=reports.append,
+    )
+    timings = RequestTimings()
+    with pytest.raises(RuntimeError, match="decode replica died"):
+        [c async for c in orchestrator.run(_request(), timings)]
+    assert reports == [timings.transfer] and timings.transfer.unserved
+    assert [a.failure and a.failure.kind for a in timings.transfer.attempts] == [
+        FailureKind.DECODE_ERROR
+    ]
+
+
+async def test_a_failing_metrics_callback_does_not_fail_the_request():
+    def explode(report):
+        raise ValueError("metrics down")
+
+    orchestrator = Orchestrator(
+        Mode.DISAGGREGATED, FakeDecode(), FakePrefill(), plan=CHAIN, on_transfer=explode
+    )
+    texts, _ = await _run(orchestrator)
+    assert texts == ["a", "b"]
 
 
 async def test_short_prompts_are_prefilled_on_decode():
@@ -153,6 +269,9 @@ async def test_short_prompts_are_prefilled_on_decode():
     assert texts == ["a", "b"] and prefill.calls == []
     assert not timings.transfer.remote_prefill
     assert timings.transfer.decision_reason == "short_prompt"
+    # a local prefill is no transport: nothing attempted, nothing moved
+    assert timings.transfer.attempts == [] and timings.transfer.transport is None
+    assert not timings.transfer.unserved and not timings.disaggregated
 
 
 async def test_prefill_backlog_sends_new_requests_to_decode():
