@@ -205,6 +205,12 @@ class DeploymentOptions(_Strict):
         None, description="Serve autoscaling; mutually exclusive with num_replicas."
     )
     max_ongoing_requests: int = Field(64, gt=0, description="Concurrent requests per replica.")
+    max_queued_requests: int = Field(
+        -1,
+        ge=-1,
+        description="Requests Serve may queue for this deployment beyond those ongoing; "
+        "more are refused (503). -1: no bound.",
+    )
     ray_actor_options: RayActorOptions = Field(default_factory=RayActorOptions)
 
     @model_validator(mode="after")
@@ -217,6 +223,7 @@ class DeploymentOptions(_Strict):
         """The keyword arguments for `serve.deployment(...).options(...)`."""
         options: dict[str, Any] = {
             "max_ongoing_requests": self.max_ongoing_requests,
+            "max_queued_requests": self.max_queued_requests,
             "ray_actor_options": self.ray_actor_options.model_dump(exclude_none=True),
         }
         if self.autoscaling_config is not None:
@@ -228,6 +235,14 @@ class DeploymentOptions(_Strict):
 
 class PoolConfig(DeploymentOptions):
     """One pool of vLLM engines (prefill, decode, or the colocated pool)."""
+
+    max_queued_requests: int = Field(
+        128,
+        ge=-1,
+        description="Requests Serve may queue for the pool beyond those ongoing. A full "
+        "prefill queue sends the request to be prefilled on decode; a full decode queue "
+        "is a 503 for the client. -1: no bound.",
+    )
 
     cpu_binding: str | None = Field(
         None,
@@ -254,8 +269,30 @@ class PoolConfig(DeploymentOptions):
     )
 
 
+class AdmissionConfig(_Strict):
+    """Load shedding at the ingress: refuse at once (503 + Retry-After) what would wait
+    longer than the budget for its first token (docs/reliability.md, "Overload")."""
+
+    ttft_budget_s: float = Field(
+        5.0,
+        gt=0,
+        description="The first-token wait a request may be admitted to. A new request is "
+        "refused when (requests waiting for a first token + 1) / (first tokens per busy "
+        "second, measured) exceeds it.",
+    )
+    max_waiting: int = Field(
+        128,
+        gt=0,
+        description="Most requests one ingress replica admits while they wait for a first "
+        "token, whatever the estimate.",
+    )
+    retry_after_s: int = Field(1, ge=0, description="The Retry-After header of a 503.")
+
+
 class IngressConfig(DeploymentOptions):
     """The HTTP front door."""
+
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
 
     max_ongoing_requests: int = Field(256, gt=0)
     ray_actor_options: RayActorOptions = Field(

@@ -19,6 +19,7 @@ set before the engine is built, which is why the adapter sets them.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -32,6 +33,8 @@ from app.kv_transport.fallback import Transport
 from app.kv_transport.kv_read import nixl_read
 from app.kv_transport.payload import LOAD_PATH, NUM_TOKENS, SAVE_PATH
 from app.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
+
+logger = logging.getLogger("splitserve.engine")
 
 # Counters and gauges copied out of vLLM's Prometheus registry by `stats()`.
 _STAT_PREFIXES = (
@@ -78,6 +81,9 @@ class EngineServer:
 
         pool = config.prefill if role is Role.PREFILL else config.decode
         engine_id = f"{role.value}-{uuid.uuid4().hex[:12]}"
+        swept = object_store.sweep_orphans()
+        if swept:
+            logger.warning("removed %d KV payload files left by dead replicas", len(swept))
         port = free_port(side_channel_host(config.transport.side_channel_host))
         os.environ.update(engine_environment(role, pool, config, port))
         vllm_config = engine_arguments(role, config, model_path, engine_id).create_engine_config()

@@ -36,15 +36,25 @@ from typing import Any
 
 from app.deadline import Deadline
 from app.errors import describe_failure
-from app.orchestrator import Orchestrator, RequestTimings
+from app.orchestrator import Orchestrator, PoolBusy, RequestTimings
 from app.records import GenerateRequest, TokenChunk
 
 logger = logging.getLogger("splitserve.engine_client")
 
-# The timings of every engine request made while serving one HTTP request: the HTTP
-# layer sets a fresh list per request and reads it for the response's `splitserve` field.
-REQUEST_TIMINGS: contextvars.ContextVar[list[RequestTimings] | None] = contextvars.ContextVar(
-    "splitserve_request_timings", default=None
+
+@dataclass
+class RequestScope:
+    """What the HTTP layer wants back from the engine requests of one HTTP request: the
+    timings of each (for the response's ``splitserve`` field), and a call when the first
+    of them has its first token (admission control)."""
+
+    timings: list[RequestTimings] = field(default_factory=list)
+    on_first_token: Callable[[], None] | None = None
+
+
+# Set by the HTTP layer for each HTTP request it serves.
+REQUEST_SCOPE: contextvars.ContextVar[RequestScope | None] = contextvars.ContextVar(
+    "splitserve_request_scope", default=None
 )
 
 
@@ -233,9 +243,9 @@ class PoolEngineClient:
             if params.seed is not None:
                 params.seed += index
         timings = RequestTimings()
-        sink = REQUEST_TIMINGS.get()
-        if sink is not None:
-            sink.append(timings)
+        scope = REQUEST_SCOPE.get()
+        if scope is not None:
+            scope.timings.append(timings)
         request = GenerateRequest(
             request_id=request_id if n == 1 else f"{index}_{request_id}",
             prompt_token_ids=ids,
@@ -243,7 +253,10 @@ class PoolEngineClient:
             local_prefill_reason=local_reason,
         )
         async for chunk in self.orchestrator.run(request, timings):
-            first_token.set()
+            if not first_token.is_set():
+                first_token.set()
+                if scope is not None and scope.on_first_token is not None:
+                    scope.on_first_token()
             yield chunk
         if self.on_complete is not None:
             try:
@@ -269,6 +282,11 @@ class PoolEngineClient:
             raise GracefulHTTPError(
                 f"request {request_id} missed its deadline of {self.request_timeout_s:g} s",
                 HTTPStatus.GATEWAY_TIMEOUT,
+            ) from exc
+        except PoolBusy as exc:
+            raise GracefulHTTPError(
+                f"server overloaded: the decode pool's queue is full ({exc}); retry later",
+                HTTPStatus.SERVICE_UNAVAILABLE,
             ) from exc
         except (VLLMError, asyncio.CancelledError, GeneratorExit):
             raise

@@ -78,11 +78,14 @@ def kv_transfer_config(role: Role, config: AppConfig, engine_id: str) -> Any:
     connectors: list[dict[str, Any]] = []
     for transport in engine_transports(config.transport.kind, nixl_installed()):
         if transport is Transport.NIXL:
+            from app.kv_transport import timed_nixl
+
+            timed_nixl.register()
             connectors.append(
                 {
                     # vLLM's NixlConnector, recording each request's read (bytes, time).
-                    "kv_connector": "TimedNixlConnector",
-                    "kv_connector_module_path": "app.kv_transport.timed_nixl",
+                    "kv_connector": timed_nixl.NAME,
+                    "kv_connector_module_path": timed_nixl.__name__,
                     "kv_role": kv_role,
                     "kv_buffer_device": device,
                     "kv_connector_extra_config": {"kv_lease_duration": config.transport.kv_lease_s},

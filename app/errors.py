@@ -45,6 +45,8 @@ def _default_type(status: int) -> str:
         return "AuthenticationError"
     if status < 500:
         return "BadRequestError"
+    if status == HTTPStatus.SERVICE_UNAVAILABLE:
+        return "ServiceUnavailableError"
     return "InternalServerError"
 
 

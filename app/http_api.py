@@ -23,8 +23,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from app.admission import Admission, Overloaded
 from app.config import IngressConfig
-from app.engine_client import REQUEST_TIMINGS
+from app.engine_client import REQUEST_SCOPE, RequestScope
 from app.errors import APIError, bad_request
 from app.openai_frontend import Frontend
 from app.orchestrator import RequestTimings
@@ -61,6 +62,10 @@ class OpenAIServer:
         self.frontend = frontend
         self.config = config
         self.api_key = api_key
+        admission = config.admission
+        self.admission = Admission(
+            admission.ttft_budget_s, admission.max_waiting, admission.retry_after_s
+        )
         self._completion = TypeAdapter(CompletionRequest)
         self._chat = TypeAdapter(ChatCompletionRequest)
         self._tokenize = TypeAdapter(TokenizeRequest)
@@ -128,8 +133,8 @@ class OpenAIServer:
         except APIError as error:
             return error_response(error)
         except Exception as exc:
-            return _vllm_error(exc)
-        return _json_result(result)
+            return self._vllm_error(exc)
+        return self._json_result(result)
 
     async def _generate(
         self, request: Request, model: TypeAdapter[Any], handler: Handler
@@ -138,32 +143,64 @@ class OpenAIServer:
             parsed = await self._parse(request, model)
         except APIError as error:
             return error_response(error)
-        timings: list[RequestTimings] = []
-        REQUEST_TIMINGS.set(timings)
+        try:
+            ticket = self.admission.admit()
+        except Overloaded as exc:
+            refusal = APIError(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
+            return _error_json(refusal.body(), refusal.status, exc.retry_after_s)
+        scope = RequestScope(on_first_token=ticket.first_token)
+        REQUEST_SCOPE.set(scope)
+        streaming = False
         try:
             result = await handler(parsed, request)
-        except Exception as exc:
-            return _vllm_error(exc)
-        if not isinstance(result, AsyncGenerator):
-            from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+            if not isinstance(result, AsyncGenerator):
+                from vllm.entrypoints.serve.engine.protocol import ErrorResponse
 
-            if isinstance(result, ErrorResponse) or not timings:
-                return _json_result(result)
-            body = result.model_dump()
-            body["splitserve"] = splitserve_field(timings)
-            return JSONResponse(body)
-        # Hold the response until the first event, so a request that fails before any
-        # token (a bad prefill, a dead pool, a missed deadline) is a plain HTTP error.
-        try:
-            first = await anext(result)
-        except StopAsyncIteration:
-            first = SSE_DONE
-        failed = _error_event(first)
-        if failed is not None:
-            await result.aclose()
-            return JSONResponse(failed, status_code=int(failed["error"].get("code") or 500))
-        return StreamingResponse(
-            _with_report(first, result, timings), media_type="text/event-stream"
+                if isinstance(result, ErrorResponse) or not scope.timings:
+                    return self._json_result(result)
+                body = result.model_dump()
+                body["splitserve"] = splitserve_field(scope.timings)
+                return JSONResponse(body)
+            # Hold the response until the first event, so a request that fails before any
+            # token (a bad prefill, a dead pool, a missed deadline) is a plain HTTP error.
+            try:
+                first = await anext(result)
+            except StopAsyncIteration:
+                first = SSE_DONE
+            failed = _error_event(first)
+            if failed is not None:
+                await result.aclose()
+                status = int(failed["error"].get("code") or 500)
+                return _error_json(failed, status, self.config.admission.retry_after_s)
+            streaming = True
+            events = _with_report(first, result, scope.timings, ticket.done)
+            return StreamingResponse(events, media_type="text/event-stream")
+        except Exception as exc:
+            return self._vllm_error(exc)
+        finally:
+            if not streaming:
+                ticket.done()
+
+    def _json_result(self, result: Any) -> JSONResponse:
+        from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
+        if isinstance(result, ErrorResponse):
+            return _error_json(
+                result.model_dump(), result.error.code, self.config.admission.retry_after_s
+            )
+        return JSONResponse(result.model_dump())
+
+    def _vllm_error(self, exc: Exception) -> JSONResponse:
+        """An exception from vLLM's layer as the status and body vLLM's server would send."""
+        from vllm.entrypoints.serve.exception_handling.error_response import (
+            create_error_response,
+        )
+
+        error = create_error_response(exc)
+        if error.error.code >= HTTPStatus.INTERNAL_SERVER_ERROR:
+            logger.error("request failed: %s", exc, exc_info=exc)
+        return _error_json(
+            error.model_dump(), error.error.code, self.config.admission.retry_after_s
         )
 
     async def _parse(self, request: Request, model: TypeAdapter[Any]) -> Any:
@@ -220,10 +257,14 @@ class OpenAIServer:
 
 
 async def _with_report(
-    first: str, events: AsyncIterator[str], timings: list[RequestTimings]
+    first: str,
+    events: AsyncIterator[str],
+    timings: list[RequestTimings],
+    on_end: Callable[[], None],
 ) -> AsyncIterator[str]:
     """Re-yield the SSE ``events``; the usage event (the last before ``[DONE]``, sent when
-    the client asked for usage) gets the ``splitserve`` field."""
+    the client asked for usage) gets the ``splitserve`` field. ``on_end`` runs at the
+    end, however the stream ends."""
     held = first
     try:
         async for event in events:
@@ -231,9 +272,10 @@ async def _with_report(
                 held = _add_report(held, timings)
             yield held
             held = event
+        yield held
     finally:
+        on_end()
         await events.aclose()  # type: ignore[attr-defined]
-    yield held
 
 
 def _add_report(event: str, timings: list[RequestTimings]) -> str:
@@ -251,22 +293,12 @@ def _error_event(event: str) -> dict[str, Any] | None:
     return body
 
 
-def _json_result(result: Any) -> JSONResponse:
-    from vllm.entrypoints.serve.engine.protocol import ErrorResponse
-
-    if isinstance(result, ErrorResponse):
-        return JSONResponse(result.model_dump(), status_code=result.error.code)
-    return JSONResponse(result.model_dump())
-
-
-def _vllm_error(exc: Exception) -> JSONResponse:
-    """An exception from vLLM's layer as the status and body vLLM's server would send."""
-    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
-
-    error = create_error_response(exc)
-    if error.error.code >= HTTPStatus.INTERNAL_SERVER_ERROR:
-        logger.error("request failed: %s", exc, exc_info=exc)
-    return JSONResponse(error.model_dump(), status_code=error.error.code)
+def _error_json(body: dict[str, Any], status: int, retry_after_s: int) -> JSONResponse:
+    """An error body; a 503 (overload) tells the client when to retry."""
+    headers = (
+        {"Retry-After": str(retry_after_s)} if status == HTTPStatus.SERVICE_UNAVAILABLE else None
+    )
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _validate(model: TypeAdapter[Any], body: dict[str, Any]) -> Any:

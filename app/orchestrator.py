@@ -29,6 +29,10 @@ from app.routing.disaggregation import decide
 logger = logging.getLogger("splitserve.orchestrator")
 
 
+class PoolBusy(Exception):
+    """A pool's queue is full (Serve's ``max_queued_requests``): try later or elsewhere."""
+
+
 class PoolClient(ABC):
     """How the orchestrator reaches one pool of engine replicas.
 
@@ -45,6 +49,7 @@ class PoolClient(ABC):
       ``transfer_failed`` set and no tokens. Closing either iterator early (the caller
       stops, is cancelled or times out) must abort the request on that replica and free
       its KV blocks.
+    - Either raises :class:`PoolBusy` when the pool's queue is full.
     """
 
     @abstractmethod
@@ -333,4 +338,6 @@ class _Timeout(Exception):
 def _prefill_failure(exc: Exception) -> TransferFailure:
     if isinstance(exc, _Timeout):
         return TransferFailure(exc.kind, str(exc))
+    if isinstance(exc, PoolBusy):
+        return TransferFailure(FailureKind.PREFILL_BUSY, str(exc))
     return TransferFailure(FailureKind.PREFILL_ERROR, describe_failure(exc))

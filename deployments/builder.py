@@ -24,7 +24,8 @@ def build_app(args: dict[str, Any] | AppConfig | None = None) -> Application:
     resolve_model(config.model.source)
     if config.mode is Mode.DISAGGREGATED:
         prefill = _pool("prefill", config)
-        decode = _pool("decode", config)
+        # Decode replicas warm up their pair through the prefill pool (app/warmup.py).
+        decode = _pool("decode", config, prefill)
     else:
         prefill = None
         decode = _pool("colocated", config)
@@ -64,7 +65,7 @@ def _router_options(role: str, config: AppConfig) -> dict[str, Any]:
     return {}
 
 
-def _pool(role: str, config: AppConfig) -> Application:
+def _pool(role: str, config: AppConfig, prefill: Application | None = None) -> Application:
     pool = config.prefill if role == "prefill" else config.decode
     deployment: Deployment = serve.deployment()(LLMServer)
     return deployment.options(
@@ -74,4 +75,4 @@ def _pool(role: str, config: AppConfig) -> Application:
         # Engines take a while to load; give Serve's health check room.
         health_check_period_s=10,
         health_check_timeout_s=60,
-    ).bind(role, config)
+    ).bind(role, config, prefill)

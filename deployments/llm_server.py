@@ -8,21 +8,52 @@ from typing import Any
 
 from app.config import AppConfig
 from app.engine import EngineServer
-from app.kv_transport.fallback import Transport
+from app.kv_transport.fallback import Transport, engine_transports, nixl_installed
 from app.model_source import resolve_model
 from app.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
+from app.warmup import WarmupReport, warm_engine, warm_pair
+from deployments.pool_client import ServePoolClient
 
 logger = logging.getLogger("ray.serve")
 
 
 class LLMServer:
-    """A Serve replica hosting one `EngineServer` in ``role``."""
+    """A Serve replica hosting one `EngineServer` in ``role``, warm before it is ready.
 
-    def __init__(self, role: str, config: AppConfig) -> None:
+    ``prefill`` (decode replicas of a disaggregated app) is the Prefill deployment's
+    handle, used only to warm up the pair (:mod:`app.warmup`).
+    """
+
+    async def __init__(self, role: str, config: AppConfig, prefill: Any = None) -> None:  # type: ignore[misc]
         self.role = Role(role)
         model_path = resolve_model(config.model.source)
         self.server = EngineServer.start(self.role, config, model_path)
-        logger.info("%s engine %s ready", self.role.value, self.server.engine_id)
+        self.warmup = WarmupReport()
+        self.warmup.engine_s = await warm_engine(self.server, self.role, config.model.max_model_len)
+        if prefill is not None:
+            transports = engine_transports(config.transport.kind, nixl_installed())
+            pool = ServePoolClient(prefill, config.request_path.grpc)
+            await warm_pair(self.server, pool, transports, self.warmup)
+        # An engine that died warming up must not be counted ready.
+        await self.server.engine.check_health()
+        _record_warmup(self.role, self.warmup)
+        logger.info(
+            "%s engine %s ready, warm in %.1f s (engine %.1f s, pair %.1f s: %s)",
+            self.role.value,
+            self.server.engine_id,
+            self.warmup.total_s,
+            self.warmup.engine_s,
+            self.warmup.pair_s,
+            self.warmup.transports or "none",
+        )
+
+    def warmup_report(self) -> dict[str, Any]:
+        """What this replica's warm-up did (seconds per stage, pair result per transport)."""
+        return {
+            "engine_s": self.warmup.engine_s,
+            "pair_s": self.warmup.pair_s,
+            "transports": dict(self.warmup.transports),
+        }
 
     async def prefill(
         self, request: GenerateRequest, transport: Transport = Transport.NIXL
@@ -63,3 +94,17 @@ class LLMServer:
         server = getattr(self, "server", None)
         if server is not None:
             server.shutdown()
+
+
+def _record_warmup(role: Role, report: WarmupReport) -> None:
+    """The warm-up's seconds as a Ray metric (``ray_splitserve_replica_warmup_seconds``)."""
+    from ray.util import metrics
+
+    gauge = metrics.Gauge(
+        "splitserve_replica_warmup_seconds",
+        description="Seconds an engine replica spent warming up before it was ready, by "
+        "stage (engine: its own prefill and decode shapes; pair: transfers from prefill).",
+        tag_keys=("role", "stage"),
+    )
+    gauge.set(report.engine_s, tags={"role": role.value, "stage": "engine"})
+    gauge.set(report.pair_s, tags={"role": role.value, "stage": "pair"})

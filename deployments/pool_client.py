@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from app.kv_transport.fallback import Transport
-from app.orchestrator import PoolClient
+from app.orchestrator import PoolBusy, PoolClient
 from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
 
 
@@ -37,12 +37,17 @@ class ServePoolClient(PoolClient):
 
 async def _relay(stream: Any) -> AsyncIterator[Any]:
     """Re-yield a Serve streaming response; stopping early cancels the call, which
-    aborts the request inside the replica's engine."""
+    aborts the request inside the replica's engine. A full queue is :class:`PoolBusy`."""
+    from ray.serve.exceptions import BackPressureError
+
     finished = False
     try:
         async for item in stream:
             yield item
         finished = True
+    except BackPressureError as exc:
+        finished = True  # never queued: nothing to cancel
+        raise PoolBusy(str(exc)) from exc
     finally:
         if not finished:
             stream.cancel()

@@ -15,6 +15,7 @@ class FailureKind(StrEnum):
     PREFILL_ERROR = "prefill_error"  # the prefill call raised (engine error, replica died)
     PREFILL_TIMEOUT = "prefill_timeout"  # the prefill ran past transport.prefill_timeout_s
     PREFILL_QUEUE_TIMEOUT = "prefill_queue_timeout"  # no prefill replica took it in time
+    PREFILL_BUSY = "prefill_busy"  # the prefill pool's queue was full
     OBJECT_STORE_GET = "object_store_get"  # decode could not get the KV payload
     KV_LOAD = "kv_load"  # the decode engine could not load the KV (a failed NIXL read)
     TRANSFER_TIMEOUT = "transfer_timeout"  # no first token within transport.transfer_timeout_s

@@ -29,8 +29,40 @@ def payload_dir() -> Path:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
+PREFIX = "splitserve-kv-"
+
+
 def new_payload_path(kind: str) -> str:
-    return str(payload_dir() / f"splitserve-kv-{kind}-{uuid.uuid4().hex}")
+    """A new payload file's path, named after this process (see :func:`sweep_orphans`)."""
+    return str(payload_dir() / f"{PREFIX}{os.getpid()}-{kind}-{uuid.uuid4().hex}")
+
+
+def sweep_orphans(directory: Path | None = None) -> list[Path]:
+    """Delete payload files whose process is gone; the paths deleted.
+
+    Every path that wrote a file removes it on its way out, failures and cancellations
+    included; a file outlives its request only when its replica died in between (a
+    SIGKILL between the engine's write and the publish). Replicas sweep as they start.
+    """
+    removed = []
+    for path in (directory or payload_dir()).glob(f"{PREFIX}*"):
+        owner = path.name[len(PREFIX) :].split("-", 1)[0]
+        if owner.isdigit() and _alive(int(owner)):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def remove(path: str) -> None:

@@ -26,6 +26,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlPull
 
 from app.kv_transport.kv_read import READ_BYTES, READ_SECONDS
 
+NAME = "TimedNixlConnector"
+
 
 class TimedNixlConnector(NixlPullConnector):
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any) -> None:
@@ -69,3 +71,16 @@ class TimedNixlConnector(NixlPullConnector):
         delay_free, params = finished
         report = {READ_BYTES: int(read[2]), READ_SECONDS: read[1] - read[0]}
         return delay_free, {**(params or {}), **report}
+
+
+def register() -> None:
+    """Make the connector known by name in this process, as vLLM's own are.
+
+    vLLM finds it by module path where it builds it (the engine-core process); the
+    engine's client process needs the name too, to read the NIXL stats a MultiConnector
+    reports by connector name.
+    """
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    if NAME not in KVConnectorFactory._registry:
+        KVConnectorFactory.register_connector(NAME, __name__, TimedNixlConnector.__name__)

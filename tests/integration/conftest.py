@@ -47,6 +47,8 @@ class Apps:
     disaggregated: str  # base URL of the disaggregated app
     colocated: str  # base URL of the colocated reference app
     proxy: str  # base URL of Serve's proxy, which serves both apps too (route prefixes)
+    # The disaggregated app's answer to the first request it got once ready (remote prefill).
+    first_response: dict[str, Any]
 
 
 def _direct_ingress_urls(first_port: int, count: int) -> dict[str, str]:
@@ -92,14 +94,30 @@ def apps() -> Any:
         )
         proxy = f"http://127.0.0.1:{port}"
         if direct_port is None:
-            yield Apps(disaggregated=proxy, colocated=f"{proxy}/colocated", proxy=proxy)
+            urls = {"/": proxy, "/colocated": f"{proxy}/colocated"}
         else:
             # The tests go the way `make run` serves: straight to each app's ingress.
-            direct = _direct_ingress_urls(direct_port, 2)
-            yield Apps(disaggregated=direct["/"], colocated=direct["/colocated"], proxy=proxy)
+            urls = _direct_ingress_urls(direct_port, 2)
+        yield Apps(
+            disaggregated=urls["/"],
+            colocated=urls["/colocated"],
+            proxy=proxy,
+            first_response=_first_request(urls["/"]),
+        )
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def _first_request(base: str) -> dict[str, Any]:
+    """The app's first request: 300 prompt tokens, so it is prefilled remotely."""
+    import httpx
+
+    body = {"model": "tiny-llama", "prompt": list(range(100, 400)), "max_tokens": 8}
+    response = httpx.post(f"{base}/v1/completions", json=body, timeout=300)
+    response.raise_for_status()
+    answer: dict[str, Any] = response.json()
+    return answer
 
 
 @pytest.fixture(scope="session")

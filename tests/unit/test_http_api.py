@@ -16,7 +16,7 @@ from app.engine_setup import frontend_config
 from app.http_api import OpenAIServer
 from app.model_source import resolve_model
 from app.openai_frontend import build_frontend
-from app.orchestrator import Orchestrator, PoolClient, RequestTimings
+from app.orchestrator import Orchestrator, PoolBusy, PoolClient, RequestTimings
 from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
 
 
@@ -327,3 +327,44 @@ def test_api_key_guards_the_api_but_not_health(engine_client):
         "/v1/completions", json={"prompt": "hi"}, headers={"authorization": "Bearer s3cret"}
     )
     assert ok.status_code == 200
+
+
+def test_a_request_beyond_the_admission_limit_is_refused_at_once_with_retry_after(
+    engine_client,
+):
+    import threading
+    import time
+
+    admission = {"max_waiting": 1, "retry_after_s": 7}
+    client = _client(engine_client, pool=FakePool(delay=0.5), admission=admission)
+    first: list[int] = []
+    waiting = threading.Thread(
+        target=lambda: first.append(
+            client.post("/v1/completions", json={"prompt": "hi"}).status_code
+        )
+    )
+    waiting.start()
+    time.sleep(0.2)  # the first request waits for its first token
+    started = time.monotonic()
+    refused = client.post("/v1/completions", json={"prompt": "hi", "stream": True})
+    assert time.monotonic() - started < 0.3  # at once, not after a timeout
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "7"
+    assert "overloaded" in refused.json()["error"]["message"]
+    waiting.join()
+    assert first == [200]
+    # The first request is done: the next is admitted.
+    assert client.post("/v1/completions", json={"prompt": "hi"}).status_code == 200
+
+
+class BusyPool(FakePool):
+    async def generate(self, request):
+        raise PoolBusy("Request dropped due to backpressure")
+        yield
+
+
+def test_a_full_decode_queue_is_a_503_with_retry_after(engine_client):
+    client = _client(engine_client, pool=BusyPool())
+    for stream in (False, True):
+        r = client.post("/v1/completions", json={"prompt": "hi", "stream": stream})
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert "decode pool's queue is full" in r.json()["error"]["message"]

@@ -69,3 +69,21 @@ def test_report_names_the_serving_transport_and_fallbacks():
     assert [a.transport for a in report.fallbacks] == [NX]
     assert TransferReport().transport is None and not TransferReport().unserved
     assert TransferReport(attempts=[Attempt(NX, failed), Attempt(RC, failed)]).unserved
+
+
+def test_payload_files_of_dead_processes_are_swept(tmp_path):
+    import os
+    import subprocess
+
+    from app.kv_transport.object_store import PREFIX, sweep_orphans
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    mine = tmp_path / f"{PREFIX}{os.getpid()}-prefill-aa"
+    orphan = tmp_path / f"{PREFIX}{dead.pid}-decode-bb"
+    unnamed = tmp_path / f"{PREFIX}prefill-cc"  # no owner in its name: nobody's
+    other = tmp_path / "not-a-payload"
+    for path in (mine, orphan, unnamed, other):
+        path.write_bytes(b"kv")
+    assert sorted(sweep_orphans(tmp_path)) == sorted([orphan, unnamed])
+    assert mine.exists() and other.exists()

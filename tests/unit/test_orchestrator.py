@@ -5,7 +5,7 @@ import pytest
 from app.config import Mode, TransportConfig
 from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Transport
-from app.orchestrator import Orchestrator, PoolClient, RequestTimings
+from app.orchestrator import Orchestrator, PoolBusy, PoolClient, RequestTimings
 from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
 
 NX, OS, RC = Transport.NIXL, Transport.OBJECT_STORE, Transport.RECOMPUTE
@@ -297,3 +297,20 @@ def test_disaggregated_needs_a_prefill_pool_and_a_recompute_tail():
         Orchestrator(Mode.DISAGGREGATED, FakeDecode())
     with pytest.raises(ValueError, match="end with recompute"):
         Orchestrator(Mode.DISAGGREGATED, FakeDecode(), FakePrefill(), plan=(NX,))
+
+
+class BusyPrefill(FakePrefill):
+    async def prefill(self, request, transport=NX):
+        self.calls.append((request.request_id, transport))
+        raise PoolBusy("queue full")
+        yield
+
+
+async def test_a_full_prefill_queue_is_prefilled_on_decode():
+    prefill = BusyPrefill()
+    texts, timings = await _run(Orchestrator(Mode.DISAGGREGATED, FakeDecode(), prefill, plan=CHAIN))
+    assert texts == ["a", "b"] and timings.transfer.transport is RC
+    assert len(prefill.calls) == 1
+    assert [a.failure and a.failure.kind for a in timings.transfer.fallbacks] == [
+        FailureKind.PREFILL_BUSY
+    ]
