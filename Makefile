@@ -38,15 +38,18 @@ SERVE_CLUSTER_ENV := RAY_SERVE_PROXY_USE_GRPC=1 RAY_SERVE_RUN_ROUTER_IN_SEPARATE
 	RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT=8116 RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S=2 \
 	RAY_SERVE_PORT_QUARANTINE_S=0
 
+# `serve run` with a clean exit on Ctrl-C and SIGTERM (deployments/serve_run.py).
 run: setup
-	env $(SERVE_CLUSTER_ENV) $(VENV)/bin/serve run $(CONFIG)
+	env $(SERVE_CLUSTER_ENV) $(PY) -m deployments.serve_run $(CONFIG)
 
 # The autoscaling test needs its own Ray cluster (memory for a third engine), so it runs
-# as a separate pytest session, first; then the main suite; then, where the machine can
-# make network namespaces (root), the two-host tests.
+# as a separate pytest session, first; then the start/stop tests, which start and stop
+# whole clusters; then the main suite; then, where the machine can make network
+# namespaces (root), the two-host tests.
 test: setup
 	$(NETNS) $(PY) -m pytest -q -ra tests/autoscaling
-	$(NETNS) $(PY) -m pytest -q -ra --ignore=tests/autoscaling --ignore=tests/multinode tests
+	$(NETNS) $(PY) -m pytest -q -ra tests/lifecycle
+	$(NETNS) $(PY) -m pytest -q -ra --ignore=tests/autoscaling --ignore=tests/lifecycle --ignore=tests/multinode tests
 	@if scripts/testnet check; then $(MAKE) --no-print-directory test-multinode; \
 	else echo "two-host tests skipped: they need root and ip netns (make test-multinode)"; fi
 
@@ -60,7 +63,8 @@ test-unit: setup
 
 test-integration: setup
 	$(NETNS) $(PY) -m pytest -q -ra tests/autoscaling
-	$(NETNS) $(PY) -m pytest -q -ra -m integration --ignore=tests/autoscaling --ignore=tests/multinode tests
+	$(NETNS) $(PY) -m pytest -q -ra tests/lifecycle
+	$(NETNS) $(PY) -m pytest -q -ra -m integration --ignore=tests/autoscaling --ignore=tests/lifecycle --ignore=tests/multinode tests
 
 # Not part of CI: N concurrent streams for M minutes with random disconnects.
 SOAK_STREAMS ?= 8

@@ -186,8 +186,11 @@ class Orchestrator:
                 try:
                     result = await self._prefill(attempt, transport, timings)
                 except Exception as exc:  # any failure falls back to the next transport
-                    prefill_reachable = False
-                    report.attempts.append(Attempt(transport, _prefill_failure(exc)))
+                    failure = _prefill_failure(exc)
+                    # A prefill pool that is busy or slow would be as busy or slow for the
+                    # next transport; one that failed this transport may serve another.
+                    prefill_reachable = failure.kind not in _POOL_UNAVAILABLE
+                    report.attempts.append(Attempt(transport, failure))
                     continue
                 attempt = replace(
                     attempt,
@@ -325,6 +328,13 @@ def _note_kv(chunk: TokenChunk, timings: RequestTimings, publish_s: float) -> No
         timings.kv_fetch_s = chunk.kv_fetch_s or timings.kv_fetch_s
         timings.transfer.kv_bytes = chunk.kv_bytes or timings.transfer.kv_bytes
         timings.transfer.transfer_s = publish_s + timings.kv_fetch_s
+
+
+_POOL_UNAVAILABLE = (
+    FailureKind.PREFILL_BUSY,
+    FailureKind.PREFILL_QUEUE_TIMEOUT,
+    FailureKind.PREFILL_TIMEOUT,
+)
 
 
 class _Timeout(Exception):

@@ -22,6 +22,7 @@ import httpx
 import psutil
 
 from load_tests.local_app import LocalApp
+from load_tests.run_conditions import cpu_model
 from load_tests.stats import summarize
 from load_tests.stream_bench import closed_loop, one_request
 from load_tests.workloads import fixed
@@ -86,19 +87,11 @@ def main() -> None:
     result["conditions"] = {
         "label": args.label,
         "config": args.config,
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": psutil.cpu_count(),
         "python": platform.python_version(),
     }
     print(json.dumps(result, indent=2))
-
-
-def _cpu_model() -> str:
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 if __name__ == "__main__":

@@ -62,9 +62,13 @@ class LocalApp:
             serve_cluster_env(direct_ports) if self.cluster_env else contextlib.nullcontext()
         ) as direct_port:
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        args = merge(config_args(self.config_path), self.overrides)
-        serve.run(build_app(args), name=self.name, route_prefix="/")
+        try:
+            serve.start(http_options={"host": "127.0.0.1", "port": port})
+            args = merge(config_args(self.config_path), self.overrides)
+            serve.run(build_app(args), name=self.name, route_prefix="/")
+        except BaseException:
+            self.__exit__()  # a failed start leaves no cluster behind
+            raise
         self.proxy_url = f"http://127.0.0.1:{port}"
         # With direct ingress (the cluster settings' default) the app's one ingress
         # replica serves on the range's first port, without the proxy's hop.

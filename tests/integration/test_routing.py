@@ -30,6 +30,8 @@ def test_short_prompts_skip_remote_prefill(apps, http):
     timing = body["splitserve"]
     assert timing["disaggregated"] is False and timing["decision"] == "short_prompt"
     assert timing["prefill_engine"] is None and timing["kv_bytes"] == 0
+    # Prefilled on decode by choice: no KV moved, and no transport counted.
+    assert timing["kv_transport"] == "local" and timing["fallbacks"] == []
     reference = complete(http, apps.colocated, {**GREEDY, "prompt": short})
     assert body["choices"][0]["text"] == reference["choices"][0]["text"]
 

@@ -1,0 +1,92 @@
+"""`make run` stops cleanly: SIGTERM or Ctrl-C exits 0, prints no traceback, and leaves
+no Ray, engine or NIXL process and no new file in /dev/shm behind (three cycles).
+
+Runs as a pytest session of its own (`make test`): it starts and stops whole Ray
+clusters through ``python -m deployments.serve_run``, the command ``make run`` runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+ROOT = Path(__file__).parents[2]
+pytestmark = pytest.mark.integration
+
+LEFTOVERS = ("raylet", "gcs_server", "ray::", "VLLM::EngineCore", "default_worker.py")
+
+
+def _ours() -> list[psutil.Process]:
+    """Ray and engine processes on this machine (the session starts with none)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or ())
+        if any(mark in cmdline for mark in LEFTOVERS):
+            found.append(process)
+    return found
+
+
+def _shm() -> set[str]:
+    shm = Path("/dev/shm")
+    return {p.name for p in shm.iterdir()} if shm.is_dir() else set()
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "serve_run exited before the app was ready"
+        try:
+            if httpx.get(f"{url}/v1/models", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(2)
+    raise AssertionError("the app did not become ready")
+
+
+@pytest.mark.parametrize(
+    ("config", "stop"),
+    [
+        ("default.yaml", signal.SIGTERM),  # prefill + decode engines, NIXL
+        ("colocated.yaml", signal.SIGINT),
+        ("colocated.yaml", signal.SIGTERM),
+    ],
+)
+def test_serve_run_stops_cleanly(config: str, stop: signal.Signals, tmp_path: Path) -> None:
+    assert not _ours(), "another Ray cluster or engine runs on this machine"
+    shm_before = _shm()
+    log = tmp_path / "serve_run.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "deployments.serve_run", f"serve_configs/{config}"],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "RAY_DEDUP_LOGS": "0"},
+        )
+        try:
+            _wait_ready("http://127.0.0.1:8000", process)
+            body = {"model": "tiny-llama", "prompt": list(range(100, 400)), "max_tokens": 4}
+            answer = httpx.post("http://127.0.0.1:8000/v1/completions", json=body, timeout=120)
+            assert answer.status_code == 200
+            process.send_signal(stop)
+            rc = process.wait(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    text = log.read_text(errors="replace")
+    assert rc == 0, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    deadline = time.monotonic() + 60
+    while _ours() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not _ours(), [p.info["cmdline"] for p in _ours()]
+    assert _shm() - shm_before == set()
