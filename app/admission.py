@@ -1,18 +1,20 @@
 """Admission control at the ingress: shed what cannot get a first token within the budget.
 
-Each ingress replica counts the HTTP requests it has admitted that wait for their first
-token, and estimates how fast first tokens come while any request waits (the pools'
-capacity as this replica sees it). A new request is refused, at once, with 503 and a
-``Retry-After``, when
+Each ingress replica tracks the HTTP requests it has admitted that still wait for their
+first token. A new request is refused, at once, with 503 and a ``Retry-After``, when
 
 - ``max_waiting`` requests already wait, or
-- its estimated wait, (waiting + 1) ÷ capacity, exceeds ``ttft_budget_s``.
+- the oldest of them has waited longer than ``headroom`` times ``ttft_budget_s``.
 
-The capacity estimate counts first tokens per second of *busy* time (time during which
-some request waited), decayed with a half-life of ``window_s``; it is used once
-``min_samples`` first tokens have been seen. Under light load that is about one request
-per TTFT, so a short queue is always admitted; under overload it is the rate the pools
-really serve, so the queue is held to what they serve within the budget.
+The second rule needs no estimate of the pools' capacity: first tokens come roughly in
+arrival order, so the oldest waiting request's age is about the wait a new one faces
+(queue length ÷ the rate the pools really serve). While it stays under the limit the
+queue is admitted whole, however large a burst the engines can batch; once the pools fall
+behind, the queue is held to what they serve within the limit, and the rest is shed
+(CoDel's idea: judge a queue by how long its items wait, not by its length). The
+headroom (0.5 by default) leaves room for requests that wait longer than the oldest
+one did: first tokens are not strictly in order (prefill batches, decode slots freed as
+other streams end).
 
 Serve's ``max_queued_requests`` bounds each deployment's queue behind this (a pool that
 is full answers ``BackPressureError``, which the ingress also turns into a 503).
@@ -20,10 +22,9 @@ is full answers ``BackPressureError``, which the ingress also turns into a 503).
 
 from __future__ import annotations
 
-import math
+import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 
 class Overloaded(Exception):
@@ -34,41 +35,19 @@ class Overloaded(Exception):
         self.retry_after_s = retry_after_s
 
 
-@dataclass
-class _Decayed:
-    """A sum that halves every ``half_life_s``."""
-
-    half_life_s: float
-    value: float = 0.0
-    at: float = 0.0
-
-    def add(self, amount: float, now: float) -> None:
-        self.value = self.read(now) + amount
-        self.at = now
-
-    def read(self, now: float) -> float:
-        if not self.at:
-            return self.value
-        return self.value * math.pow(0.5, max(now - self.at, 0.0) / self.half_life_s)
-
-
 class Ticket:
     """One admitted request: call :meth:`first_token` once it has one, :meth:`done` at
-    the end (either may be called more than once)."""
+    the end (either may be called more than once, in any order)."""
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, number: int) -> None:
         self._admission = admission
-        self._waiting = True
+        self._number = number
 
     def first_token(self) -> None:
-        if self._waiting:
-            self._waiting = False
-            self._admission._leave(served=True)
+        self._admission._leave(self._number)
 
     def done(self) -> None:
-        if self._waiting:
-            self._waiting = False
-            self._admission._leave(served=False)
+        self._admission._leave(self._number)
 
 
 class Admission:
@@ -77,61 +56,44 @@ class Admission:
         ttft_budget_s: float,
         max_waiting: int,
         retry_after_s: int = 1,
-        window_s: float = 10.0,
-        min_samples: int = 8,
+        headroom: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.limit_s = headroom * ttft_budget_s
         self.ttft_budget_s = ttft_budget_s
         self.max_waiting = max_waiting
         self.retry_after_s = retry_after_s
-        self.min_samples = min_samples
         self.clock = clock
-        self.waiting = 0
         self.shed = 0
-        self._marked = 0.0
-        self._busy_s = _Decayed(window_s)
-        self._served = _Decayed(window_s)
-        self._samples = 0
+        self._numbers = itertools.count()
+        self._waiting: dict[int, float] = {}  # admitted, no first token yet -> since
 
-    def capacity(self) -> float | None:
-        """First tokens per busy second, once there are enough samples."""
-        if self._samples < self.min_samples:
-            return None
-        now = self.clock()
-        busy = self._busy_s.read(now) + (now - self._marked if self.waiting else 0.0)
-        served = self._served.read(now)
-        return served / busy if busy > 0 and served > 0 else None
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def oldest_wait_s(self) -> float:
+        """How long the longest-waiting admitted request has waited (0 when none)."""
+        since = next(iter(self._waiting.values()), None)
+        return 0.0 if since is None else self.clock() - since
 
     def admit(self) -> Ticket:
         """A ticket for a new request, or :class:`Overloaded`."""
         if self.waiting >= self.max_waiting:
             self._refuse(f"{self.waiting} requests already wait for their first token")
-        capacity = self.capacity()
-        if capacity is not None:
-            expected = (self.waiting + 1) / capacity
-            if expected > self.ttft_budget_s:
-                self._refuse(
-                    f"a first token would take about {expected:.1f} s "
-                    f"(budget {self.ttft_budget_s:g} s)"
-                )
-        self._mark(self.clock())
-        self.waiting += 1
-        return Ticket(self)
+        oldest = self.oldest_wait_s()
+        if oldest > self.limit_s:
+            self._refuse(
+                f"requests wait {oldest:.1f} s for a first token (budget "
+                f"{self.ttft_budget_s:g} s, admitting while under {self.limit_s:g} s)"
+            )
+        number = next(self._numbers)
+        self._waiting[number] = self.clock()
+        return Ticket(self, number)
 
     def _refuse(self, why: str) -> None:
         self.shed += 1
         raise Overloaded(f"server overloaded: {why}; retry later", self.retry_after_s)
 
-    def _leave(self, served: bool) -> None:
-        now = self.clock()
-        self._mark(now)
-        if served:
-            self._served.add(1.0, now)
-            self._samples += 1
-        self.waiting -= 1
-
-    def _mark(self, now: float) -> None:
-        """Count the time since the last event as busy if any request was waiting."""
-        if self.waiting:
-            self._busy_s.add(now - self._marked, now)
-        self._marked = now
+    def _leave(self, number: int) -> None:
+        self._waiting.pop(number, None)

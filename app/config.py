@@ -276,9 +276,16 @@ class AdmissionConfig(_Strict):
     ttft_budget_s: float = Field(
         5.0,
         gt=0,
-        description="The first-token wait a request may be admitted to. A new request is "
-        "refused when (requests waiting for a first token + 1) / (first tokens per busy "
-        "second, measured) exceeds it.",
+        description="The first-token wait admitted requests should meet. A new request is "
+        "refused while the oldest request waiting for a first token has waited longer "
+        "than `headroom` times it.",
+    )
+    headroom: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Admit while the oldest wait is under this share of the budget, "
+        "leaving room for requests that wait longer than the oldest one did.",
     )
     max_waiting: int = Field(
         128,

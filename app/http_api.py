@@ -64,7 +64,10 @@ class OpenAIServer:
         self.api_key = api_key
         admission = config.admission
         self.admission = Admission(
-            admission.ttft_budget_s, admission.max_waiting, admission.retry_after_s
+            admission.ttft_budget_s,
+            admission.max_waiting,
+            admission.retry_after_s,
+            admission.headroom,
         )
         self._completion = TypeAdapter(CompletionRequest)
         self._chat = TypeAdapter(ChatCompletionRequest)

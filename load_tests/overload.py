@@ -3,8 +3,9 @@
     scripts/loopback-netns .venv/bin/python -m load_tests.overload [--config ...] \
         [--seconds 30] [--out docs/overload.json]
 
-1. Starts the app and sends the first request the moment it is ready (256 prompt tokens,
-   prefilled remotely, 64 output tokens), then 10 more one at a time: first-request TTFT
+1. Starts the app, every prompt prefilled remotely (``local_prefill_below_tokens: 0``),
+   and sends the first request the moment it is ready (256 prompt tokens, 64 output
+   tokens), then 10 more one at a time: first-request TTFT
    ÷ warm TTFT p50, and how the first request's KV moved.
 2. Measures capacity: the same requests from 8 clients in a closed loop (requests/s).
 3. Sends Poisson arrivals at 1x, 2x and 4x that capacity for ``--seconds`` each and
@@ -27,7 +28,7 @@ from typing import Any
 import httpx
 
 from app.config import AppConfig
-from load_tests.local_app import LocalApp, config_args, merge
+from load_tests.local_app import LocalApp, config_args
 from load_tests.run_conditions import machine
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import RequestFailed, closed_loop, one_request
@@ -127,9 +128,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    config = AppConfig.model_validate(merge(config_args(args.config), {}))
+    config = AppConfig.model_validate(config_args(args.config))
     budget = config.ingress.admission.ttft_budget_s
-    with LocalApp(args.config) as app:
+    # Every prompt goes remote, as in production at longer prompts (the default config
+    # prefills prompts under 512 tokens on decode).
+    overrides = {"router": {"local_prefill_below_tokens": 0}}
+    with LocalApp(args.config, overrides=overrides) as app:
         result = asyncio.run(measure(app.url, args.seconds, budget))
     result["conditions"] = {
         "config": args.config,

@@ -1,8 +1,8 @@
 """Each pool scales on its own: a prefill-heavy load grows prefill, not decode; a
 decode-heavy load grows decode, not prefill; each shrinks back when its load stops.
 
-Runs in its own pytest session (its own Ray cluster, `make test` runs it after the main
-suite): the apps of tests/integration would not leave memory for a third engine.
+Runs in its own pytest session (its own Ray cluster; `make test` runs it first): the apps
+of tests/integration would not leave memory for a third engine.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ OVERRIDES: dict[str, Any] = {
     },
     # Short prompts (the decode-heavy load) are prefilled on decode; long ones remotely.
     "router": {"local_prefill_below_tokens": 64},
+    # The load must pile up to scale the pools: no shedding (tests/integration covers it).
+    "ingress": {"admission": {"ttft_budget_s": 3600}},
 }
 
 
