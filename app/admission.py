@@ -4,17 +4,19 @@ Each ingress replica tracks the HTTP requests it has admitted that still wait fo
 first token. A new request is refused, at once, with 503 and a ``Retry-After``, when
 
 - ``max_waiting`` requests already wait, or
-- the oldest of them has waited longer than ``headroom`` times ``ttft_budget_s``.
+- the oldest of them has waited longer than the limit (``headroom`` times
+  ``ttft_budget_s``), or
+- the requests that got their first token in the last ``window_s`` waited longer than
+  the limit, in the median.
 
-The second rule needs no estimate of the pools' capacity: first tokens come roughly in
-arrival order, so the oldest waiting request's age is about the wait a new one faces
-(queue length ÷ the rate the pools really serve). While it stays under the limit the
-queue is admitted whole, however large a burst the engines can batch; once the pools fall
-behind, the queue is held to what they serve within the limit, and the rest is shed
-(CoDel's idea: judge a queue by how long its items wait, not by its length). The
-headroom (0.5 by default) leaves room for requests that wait longer than the oldest
-one did: first tokens are not strictly in order (prefill batches, decode slots freed as
-other streams end).
+Neither wait rule needs an estimate of the pools' capacity (CoDel's idea: judge a queue
+by how long its items wait, not by its length). While waits stay under the limit, the
+queue is admitted whole, however large a burst the engines can batch; once the pools
+fall behind, the queue is held to what they serve within the limit and the rest is
+shed. The oldest wait reacts before anyone is served; the recent waits catch what the
+oldest misses, because first tokens do not come in arrival order (prefill batches,
+prompts prefilled on decode while the prefill pool is backed up, decode slots freed as
+other streams end). The headroom (0.5 by default) is for that spread too.
 
 Serve's ``max_queued_requests`` bounds each deployment's queue behind this (a pool that
 is full answers ``BackPressureError``, which the ingress also turns into a 503).
@@ -23,7 +25,9 @@ is full answers ``BackPressureError``, which the ingress also turns into a 503).
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable
 
 
@@ -44,10 +48,10 @@ class Ticket:
         self._number = number
 
     def first_token(self) -> None:
-        self._admission._leave(self._number)
+        self._admission._leave(self._number, served=True)
 
     def done(self) -> None:
-        self._admission._leave(self._number)
+        self._admission._leave(self._number, served=False)
 
 
 class Admission:
@@ -57,6 +61,7 @@ class Admission:
         max_waiting: int,
         retry_after_s: int = 1,
         headroom: float = 0.5,
+        window_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.limit_s = headroom * ttft_budget_s
@@ -67,6 +72,8 @@ class Admission:
         self.shed = 0
         self._numbers = itertools.count()
         self._waiting: dict[int, float] = {}  # admitted, no first token yet -> since
+        self.window_s = window_s
+        self._served: deque[tuple[float, float]] = deque()  # (when, waited), recent
 
     @property
     def waiting(self) -> int:
@@ -76,6 +83,15 @@ class Admission:
         """How long the longest-waiting admitted request has waited (0 when none)."""
         since = next(iter(self._waiting.values()), None)
         return 0.0 if since is None else self.clock() - since
+
+    def recent_wait_s(self) -> float:
+        """The median first-token wait of requests served in the last ``window_s`` (0 if none)."""
+        horizon = self.clock() - self.window_s
+        while self._served and self._served[0][0] < horizon:
+            self._served.popleft()
+        if not self._served:
+            return 0.0
+        return statistics.median(waited for _, waited in self._served)
 
     def admit(self) -> Ticket:
         """A ticket for a new request, or :class:`Overloaded`."""
@@ -87,6 +103,12 @@ class Admission:
                 f"requests wait {oldest:.1f} s for a first token (budget "
                 f"{self.ttft_budget_s:g} s, admitting while under {self.limit_s:g} s)"
             )
+        recent = self.recent_wait_s()
+        if recent > self.limit_s:
+            self._refuse(
+                f"first tokens came after {recent:.1f} s lately (budget "
+                f"{self.ttft_budget_s:g} s, admitting while under {self.limit_s:g} s)"
+            )
         number = next(self._numbers)
         self._waiting[number] = self.clock()
         return Ticket(self, number)
@@ -95,5 +117,8 @@ class Admission:
         self.shed += 1
         raise Overloaded(f"server overloaded: {why}; retry later", self.retry_after_s)
 
-    def _leave(self, number: int) -> None:
-        self._waiting.pop(number, None)
+    def _leave(self, number: int, served: bool) -> None:
+        since = self._waiting.pop(number, None)
+        if since is not None and served:
+            now = self.clock()
+            self._served.append((now, now - since))

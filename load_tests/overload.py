@@ -98,9 +98,18 @@ def summary(run: dict[str, Any], budget_s: float) -> dict[str, Any]:
     met = [t for t in timings if t.ttft <= budget_s]
     ttft = summarize([t.ttft for t in timings], 1000) if timings else {}
     shed = run["statuses"].get("503", 0)
+    paths: dict[str, int] = {}
+    for t in timings:
+        report = t.server or {}
+        kinds = "+".join(f["kind"] for f in report.get("fallbacks") or [])
+        key = f"{report.get('decision')}/{report.get('kv_transport')}" + (
+            f"/{kinds}" if kinds else ""
+        )
+        paths[key] = paths.get(key, 0) + 1
     return {
         "sent": run["sent"],
         "statuses": run["statuses"],
+        "paths": paths,
         "shed_share": round(shed / max(run["sent"], 1), 3),
         "goodput_rps": round(len(met) / run["wall_s"], 3),
         "admitted_ttft_p50_ms": round(ttft.get("p50", 0.0), 1),

@@ -45,7 +45,7 @@ def test_once_the_oldest_waits_past_the_limit_new_requests_are_shed():
     clock.now += 1.5  # the oldest has waited 2.5 s
     with pytest.raises(Overloaded, match=r"wait 2\.5 s .*under 2 s"):
         admission.admit()
-    first.first_token()  # the queue moved: the oldest (second) has waited 1.5 s
+    first.done()  # its client left: the oldest (second) has waited 1.5 s
     third = admission.admit()
     assert admission.waiting == 2 and admission.shed == 1
     second.done()
@@ -60,4 +60,18 @@ def test_a_request_that_ends_before_its_first_token_leaves_the_queue():
     ticket.done()
     ticket.first_token()  # too late: already left; nothing happens
     assert admission.waiting == 0 and admission.oldest_wait_s() == 0.0
+    admission.admit()
+
+
+def test_slow_recent_first_tokens_shed_even_when_the_oldest_waiter_is_young():
+    clock = Clock()
+    admission = _admission(clock)  # limit 2 s, window 2 s
+    slow = [admission.admit() for _ in range(3)]
+    clock.now += 3.0
+    for ticket in slow:
+        ticket.first_token()  # served after 3 s: over the limit
+    assert admission.waiting == 0  # nobody waits now, yet the pools are behind
+    with pytest.raises(Overloaded, match=r"after 3\.0 s lately"):
+        admission.admit()
+    clock.now += 2.5  # those first tokens left the window
     admission.admit()
