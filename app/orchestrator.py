@@ -300,12 +300,15 @@ class Orchestrator:
             try:
                 async with asyncio.timeout(self.timeouts.prefill_timeout_s):
                     result = await anext(aiter(stream))
+                    timings.prefill_s += time.perf_counter() - running
+                    # Let the call end on its own (stopping it early would cancel it).
+                    async for _ in stream:
+                        pass
             except TimeoutError as exc:
                 raise _Timeout(
                     FailureKind.PREFILL_TIMEOUT, self.timeouts.prefill_timeout_s
                 ) from exc
             assert isinstance(result, PrefillResult)
-            timings.prefill_s += time.perf_counter() - running
             timings.prefill_engine = started.engine_id
             timings.prefill_cached_tokens = result.num_cached_tokens
             return result
