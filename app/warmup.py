@@ -33,6 +33,8 @@ PROMPT_LENGTHS = (16, 128, 512, 1024)
 DECODE_BATCH = 8
 DECODE_TOKENS = 8
 PAIR_PROMPT_TOKENS = 300
+# A pair warm-up waits this long for a prefill replica (they start at the same time).
+PAIR_TIMEOUT_S = 600.0
 
 
 @dataclass
@@ -95,20 +97,12 @@ async def warm_pair(
             _params(2),
         )
         try:
-            result = None
-            async for item in prefill.prefill(request, transport):
-                if isinstance(item, PrefillResult):
-                    result = item
-            assert result is not None, "the prefill pool returned no result"
-            pulled = replace(
-                request,
-                kv_transfer_params=result.kv_transfer_params,
-                kv_object=result.kv_object,
-                kv_num_tokens=result.num_prompt_tokens,
-            )
-            chunks = await _drain(server.generate(pulled))
-            failed = chunks[0].transfer_failed if chunks else None
-            report.transports[transport.value] = "ok" if failed is None else str(failed)
+            async with asyncio.timeout(PAIR_TIMEOUT_S):
+                report.transports[transport.value] = await _pull(
+                    server, prefill, request, transport
+                )
+        except TimeoutError:
+            report.transports[transport.value] = f"no answer within {PAIR_TIMEOUT_S:g} s"
         except Exception as exc:  # warm-up must not keep a replica from serving
             report.transports[transport.value] = f"{type(exc).__name__}: {exc}"
         if report.transports[transport.value] != "ok":
@@ -118,3 +112,24 @@ async def warm_pair(
                 report.transports[transport.value],
             )
     report.pair_s = time.perf_counter() - started
+
+
+async def _pull(
+    server: Any, prefill: PoolClient, request: GenerateRequest, transport: Transport
+) -> str:
+    """Prefill ``request`` on ``prefill`` and pull its KV into ``server``: "ok" or why not."""
+    result = None
+    async for item in prefill.prefill(request, transport):
+        if isinstance(item, PrefillResult):
+            result = item
+    if result is None:
+        return "the prefill pool returned no result"
+    pulled = replace(
+        request,
+        kv_transfer_params=result.kv_transfer_params,
+        kv_object=result.kv_object,
+        kv_num_tokens=result.num_prompt_tokens,
+    )
+    chunks = await _drain(server.generate(pulled))
+    failed = chunks[0].transfer_failed if chunks else None
+    return "ok" if failed is None else str(failed)
