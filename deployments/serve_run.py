@@ -23,6 +23,9 @@ def main(argv: list[str]) -> int:
     child = subprocess.Popen(
         [sys.executable, "-m", "ray.serve.scripts", "run", *argv],
         start_new_session=True,  # signals reach it only through this process
+        # A shell's background job starts with SIGINT ignored, and a Python started so
+        # would ignore it too: give the child the default, so SIGINT interrupts it.
+        preexec_fn=_default_sigint,
     )
     stopping = False
 
@@ -40,6 +43,10 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     return child.wait()
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

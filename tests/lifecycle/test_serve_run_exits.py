@@ -7,6 +7,7 @@ clusters through ``python -m deployments.serve_run``, the command ``make run`` r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -64,14 +65,19 @@ def test_serve_run_stops_cleanly(config: str, stop: signal.Signals, tmp_path: Pa
     assert not _ours(), "another Ray cluster or engine runs on this machine"
     shm_before = _shm()
     log = tmp_path / "serve_run.log"
+    # As under `make test &` or in CI: a background job starts with SIGINT ignored.
+    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)
     with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "deployments.serve_run", f"serve_configs/{config}"],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "RAY_DEDUP_LOGS": "0"},
-        )
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "deployments.serve_run", f"serve_configs/{config}"],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "RAY_DEDUP_LOGS": "0"},
+            )
+        finally:
+            signal.signal(signal.SIGINT, inherited)
         try:
             _wait_ready("http://127.0.0.1:8000", process)
             body = {"model": "tiny-llama", "prompt": list(range(100, 400)), "max_tokens": 4}
@@ -80,8 +86,10 @@ def test_serve_run_stops_cleanly(config: str, stop: signal.Signals, tmp_path: Pa
             process.send_signal(stop)
             rc = process.wait(timeout=120)
         finally:
-            if process.poll() is None:
-                process.kill()
+            if process.poll() is None:  # failed: leave nothing for the next case
+                for leftover in [process, *_ours()]:
+                    with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
+                        leftover.kill()
     text = log.read_text(errors="replace")
     assert rc == 0, text[-3000:]
     assert "Traceback" not in text and "SIGTERM received" not in text, text[-3000:]
