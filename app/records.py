@@ -58,7 +58,6 @@ class PrefillResult:
     num_prompt_tokens: int
     kv_object: Any = None  # object store: ObjectRef of the KV payload
     publish_s: float = 0.0
-    engine_id: str = ""
     num_cached_tokens: int = 0  # prompt tokens the prefill engine found in its prefix cache
 
 
@@ -81,7 +80,6 @@ class TokenChunk:
     # NIXL: the last, from the connector's record of the read).
     kv_bytes: int = 0  # bytes of KV this replica received for the request
     kv_fetch_s: float = 0.0  # getting the KV next to the engine
-    engine_id: str = ""  # the engine that serves the request (first chunk)
 
 
 @dataclass(frozen=True)

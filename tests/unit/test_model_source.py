@@ -1,4 +1,5 @@
 import hashlib
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,11 @@ def test_builtin_resolves_to_a_cached_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("SPLITSERVE_CACHE", str(tmp_path))
     path = resolve_model("builtin:tiny-llama")
     assert path.startswith(str(tmp_path))
-    assert resolve_model("builtin:tiny-llama") == path  # cached, not regenerated
+    weights = Path(path) / "model.safetensors"
+    written = weights.stat().st_mtime_ns, weights.stat().st_ino
+    assert resolve_model("builtin:tiny-llama") == path
+    # cached, not regenerated: the same file, never rewritten
+    assert (weights.stat().st_mtime_ns, weights.stat().st_ino) == written
 
 
 def test_tokenizer_has_special_tokens_and_chat_template(tokenizer):
