@@ -6,8 +6,8 @@ first token. A new request is refused, at once, with 503 and a ``Retry-After``, 
 - ``max_waiting`` requests already wait, or
 - the oldest of them has waited longer than the limit (``headroom`` times
   ``ttft_budget_s``), or
-- the requests that got their first token in the last ``window_s`` waited longer than
-  the limit, in the median.
+- while any request waits, the requests that got their first token in the last
+  ``window_s`` waited longer than the limit, in the median.
 
 Neither wait rule needs an estimate of the pools' capacity (CoDel's idea: judge a queue
 by how long its items wait, not by its length). While waits stay under the limit, the
@@ -103,7 +103,9 @@ class Admission:
                 f"requests wait {oldest:.1f} s for a first token (budget "
                 f"{self.ttft_budget_s:g} s, admitting while under {self.limit_s:g} s)"
             )
-        recent = self.recent_wait_s()
+        # Slow recent first tokens mean the pools are behind only while a queue remains:
+        # once it has drained, a new request is served at once.
+        recent = self.recent_wait_s() if self.waiting else 0.0
         if recent > self.limit_s:
             self._refuse(
                 f"first tokens came after {recent:.1f} s lately (budget "
