@@ -298,7 +298,8 @@ class PoolEngineClient:
             await items.aclose()
 
     def check_admission(self, n: int = 1, request_id: str | None = None) -> None:
-        """Admit every request: queues are bounded by Serve (``max_ongoing_requests``)."""
+        """Admit every request here: the HTTP layer has already admitted it
+        (:mod:`app.admission`), once per HTTP request, before vLLM's layer saw it."""
 
     async def abort(self, request_id: str | Iterable[str]) -> None:
         """Nothing to do: closing a request's stream aborts it on every pool."""
