@@ -201,7 +201,12 @@ class Orchestrator:
                 report.transfer_s = result.publish_s
             stream = self.decode.generate(attempt)
             try:
-                first = await self._first_chunk(stream, transport, timings)
+                try:
+                    first = await self._first_chunk(stream, transport, timings)
+                except Exception as exc:  # the decode pool failed: so does the request
+                    failure = TransferFailure(FailureKind.DECODE_ERROR, describe_failure(exc))
+                    report.attempts.append(Attempt(transport, failure))
+                    raise
                 if first is not None and first.transfer_failed is not None:
                     report.attempts.append(Attempt(transport, first.transfer_failed))
                     continue
@@ -244,37 +249,28 @@ class Orchestrator:
 
         The wait for the decode replica has no limit here (the request's deadline bounds
         it); the transfer's does, from when the replica started the request: a transfer
-        that hangs fails the attempt. A decode call that raises fails the attempt, and
-        the request, with it.
+        that hangs fails the attempt.
         """
         queued = time.perf_counter()
-        try:
-            item = await anext(aiter(stream), None)
-            if isinstance(item, Started):
-                timings.decode_queue_s += time.perf_counter() - queued
-                timings.decode_engine = item.engine_id
-                started = time.perf_counter()
-                limit = (
-                    None if transport is Transport.RECOMPUTE else self.timeouts.transfer_timeout_s
+        item = await anext(aiter(stream), None)
+        if isinstance(item, Started):
+            timings.decode_queue_s += time.perf_counter() - queued
+            timings.decode_engine = item.engine_id
+            started = time.perf_counter()
+            limit = None if transport is Transport.RECOMPUTE else self.timeouts.transfer_timeout_s
+            try:
+                async with asyncio.timeout(limit):
+                    item = await anext(aiter(stream), None)
+            except TimeoutError:
+                return TokenChunk(
+                    "",
+                    [],
+                    transfer_failed=TransferFailure(
+                        FailureKind.TRANSFER_TIMEOUT,
+                        f"no first token {limit:g} s after the decode replica started",
+                    ),
                 )
-                try:
-                    async with asyncio.timeout(limit):
-                        item = await anext(aiter(stream), None)
-                except TimeoutError:
-                    return TokenChunk(
-                        "",
-                        [],
-                        transfer_failed=TransferFailure(
-                            FailureKind.TRANSFER_TIMEOUT,
-                            f"no first token {limit:g} s after the decode replica started",
-                        ),
-                    )
-                timings.decode_first_token_s = time.perf_counter() - started
-        except Exception as exc:
-            timings.transfer.attempts.append(
-                Attempt(transport, TransferFailure(FailureKind.DECODE_ERROR, describe_failure(exc)))
-            )
-            raise
+            timings.decode_first_token_s = time.perf_counter() - started
         assert item is None or isinstance(item, TokenChunk)
         return item
 
