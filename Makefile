@@ -1,5 +1,6 @@
 # splitserve: every habitual command has one short name here.
 #   make run    set up what is missing, then serve serve_configs/default.yaml on 127.0.0.1:8100 (and :8000)
+#   make observe  Prometheus scraping the app `make run` serves (127.0.0.1:9090)
 #   make test   set up what is missing, then run the test suite (unit + integration)
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -15,7 +16,7 @@ TORCH_INDEX ?=
 # Tests run in a loopback-only network namespace where possible (see the script).
 NETNS := scripts/loopback-netns
 
-.PHONY: setup run test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-link
+.PHONY: setup run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-link
 
 setup: $(STAMP)
 
@@ -41,6 +42,11 @@ SERVE_CLUSTER_ENV := RAY_SERVE_PROXY_USE_GRPC=1 RAY_SERVE_RUN_ROUTER_IN_SEPARATE
 # `serve run` with a clean exit on Ctrl-C and SIGTERM (deployments/serve_run.py).
 run: setup
 	env $(SERVE_CLUSTER_ENV) $(PY) -m deployments.serve_run $(CONFIG)
+
+# Prometheus (Debian's `prometheus` package) on 127.0.0.1:9090, beside `make run`: it
+# scrapes Ray's metrics agents and the API port's /metrics (deployments/observe.py).
+observe: setup
+	$(PY) -m deployments.observe
 
 # The autoscaling test needs its own Ray cluster (memory for a third engine), so it runs
 # as a separate pytest session, first; then the start/stop tests, which start and stop

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from app.config import AppConfig
+from app.engine_metrics import BusyClock, pool_stat_logger
 from app.engine_setup import engine_arguments, engine_environment, free_port, side_channel_host
 from app.kv_transport import object_store
 from app.kv_transport.failure import FailureKind, TransferFailure
@@ -50,6 +51,8 @@ _STAT_PREFIXES = (
     "vllm:kv_cache_usage_perc",
     "vllm:request_success",
 )
+# Wall seconds this engine had running requests (app.engine_metrics), in `stats()`.
+BUSY_SECONDS = "splitserve:engine_busy_seconds"
 
 
 class EngineServer:
@@ -66,6 +69,7 @@ class EngineServer:
         engine_id: str,
         stream_interval_s: float = 0.0,
         stream_messages_per_s: float = 0.0,
+        busy: BusyClock | None = None,
     ) -> None:
         self.engine = engine
         self.role = role
@@ -73,11 +77,15 @@ class EngineServer:
         self.stream_interval_s = stream_interval_s
         self.stream_messages_per_s = stream_messages_per_s
         self.streams = 0  # generate() calls in progress
+        self.busy = busy or BusyClock()
 
     @classmethod
-    def start(cls, role: Role, config: AppConfig, model_path: str) -> EngineServer:
-        """Build and start a vLLM engine for ``role`` in this process."""
+    def start(
+        cls, role: Role, config: AppConfig, model_path: str, application: str = ""
+    ) -> EngineServer:
+        """Build and start a vLLM engine for ``role`` in this process (of Serve ``application``)."""
         from vllm.v1.engine.async_llm import AsyncLLM
+        from vllm.v1.metrics.loggers import PrometheusStatLogger
 
         pool = config.prefill if role is Role.PREFILL else config.decode
         engine_id = f"{role.value}-{uuid.uuid4().hex[:12]}"
@@ -95,13 +103,20 @@ class EngineServer:
         backend = config.model.executor_backend
         if backend is not None:
             vllm_config.parallel_config.distributed_executor_backend = backend
-        engine = AsyncLLM.from_vllm_config(vllm_config)
+        # Engine metrics go to Ray's export labelled by pool (app.engine_metrics), and
+        # to this process's Prometheus registry, which `stats()` reads.
+        busy = BusyClock()
+        engine = AsyncLLM.from_vllm_config(
+            vllm_config,
+            stat_loggers=[pool_stat_logger(role.value, busy, application), PrometheusStatLogger],
+        )
         return cls(
             engine,
             role,
             engine_id,
             pool.stream_interval_ms / 1000,
             pool.stream_messages_per_s,
+            busy,
         )
 
     async def prefill(
@@ -236,6 +251,7 @@ class EngineServer:
 
     async def _run(self, request: GenerateRequest, params: Any) -> AsyncIterator[Any]:
         finished = False
+        self.busy.submitted()
         try:
             async for output in self.engine.generate(
                 {"prompt_token_ids": request.prompt_token_ids}, params, request.request_id
@@ -260,6 +276,7 @@ class EngineServer:
                 if sample.name.endswith("_created") or sample.name.endswith("_bucket"):
                     continue
                 counters[sample.name] = counters.get(sample.name, 0.0) + sample.value
+        counters[BUSY_SECONDS] = self.busy.seconds
         return EngineStats(role=self.role, engine_id=self.engine_id, counters=counters)
 
     async def all_blocks_free(self) -> bool:

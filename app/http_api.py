@@ -5,6 +5,9 @@ this module adds what splitserve promises on top: the API key, body limits and c
 errors for malformed bodies, refusal of any client field that steers KV transfer, and
 the ``splitserve`` field (server-side timings and how the KV moved) when usage is sent.
 A stream that fails before its first event is answered with a plain HTTP error.
+
+``GET /metrics`` serves Prometheus text (:mod:`app.metrics_page`). As on vLLM's server,
+the API key guards the ``/v1`` routes only, so scrapers need no key.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from app.admission import Admission, Overloaded
 from app.config import IngressConfig
 from app.engine_client import REQUEST_SCOPE, RequestScope
 from app.errors import APIError, bad_request
+from app.metrics_page import CONTENT_TYPE
 from app.openai_frontend import Frontend
 from app.orchestrator import RequestTimings
 from app.request_report import splitserve_field
@@ -45,6 +49,7 @@ REFUSED = {
 
 SSE_DONE = "data: [DONE]\n\n"
 Handler = Callable[[Any, Request], Awaitable[Any]]
+MetricsPage = Callable[[], Awaitable[str]]
 
 
 def error_response(error: APIError) -> JSONResponse:
@@ -54,7 +59,13 @@ def error_response(error: APIError) -> JSONResponse:
 class OpenAIServer:
     """Serves one model's OpenAI endpoints through vLLM's serving classes."""
 
-    def __init__(self, frontend: Frontend, config: IngressConfig, api_key: str | None) -> None:
+    def __init__(
+        self,
+        frontend: Frontend,
+        config: IngressConfig,
+        api_key: str | None,
+        metrics_page: MetricsPage | None = None,
+    ) -> None:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest
         from vllm.entrypoints.serve.tokenize.protocol import DetokenizeRequest, TokenizeRequest
@@ -62,6 +73,7 @@ class OpenAIServer:
         self.frontend = frontend
         self.config = config
         self.api_key = api_key
+        self.metrics_page = metrics_page
         admission = config.admission
         self.admission = Admission(
             admission.ttft_budget_s,
@@ -82,6 +94,7 @@ class OpenAIServer:
             Route("/tokenize", self.tokenize, methods=["POST"]),
             Route("/detokenize", self.detokenize, methods=["POST"]),
             Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
         ]
         return Starlette(
             routes=routes,
@@ -100,6 +113,17 @@ class OpenAIServer:
 
     async def health(self, request: Request) -> Response:
         return Response(status_code=200)
+
+    async def metrics(self, request: Request) -> Response:
+        if self.metrics_page is None:
+            return error_response(APIError("this server exports no metrics", HTTPStatus.NOT_FOUND))
+        try:
+            page = await self.metrics_page()
+        except Exception as exc:
+            logger.warning("reading the metrics export failed: %s", exc)
+            message = f"metrics are unavailable: {exc}"
+            return error_response(APIError(message, HTTPStatus.SERVICE_UNAVAILABLE))
+        return Response(page, media_type=CONTENT_TYPE)
 
     async def models(self, request: Request) -> Response:
         try:

@@ -230,12 +230,19 @@ class Orchestrator:
     ) -> AsyncIterator[TokenChunk]:
         """The whole request on the decode (or colocated) pool: no KV moves."""
         stream = self.decode.generate(request)
+        queued = time.perf_counter()
+        started = None
         try:
             async for item in stream:
                 if isinstance(item, Started):
+                    started = time.perf_counter()
+                    timings.decode_queue_s += started - queued
                     timings.decode_engine = item.engine_id
-                else:
-                    yield item
+                    continue
+                if started is not None:
+                    timings.decode_first_token_s = time.perf_counter() - started
+                    started = None
+                yield item
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
 

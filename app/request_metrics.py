@@ -1,9 +1,10 @@
 """Server-side per-request timings as Ray/Prometheus histograms (``ray_splitserve_*``).
 
 Recorded by the ingress when a request completes: queue + prefill, KV transfer, the decode
-replica's first token, TTFT, every inter-token gap (ITL) and end-to-end time, labelled by
-whether the request was disaggregated. They show in the Ray dashboard's metrics view and
-in Grafana through Ray's Prometheus export.
+replica's first token, TTFT and its stages, every inter-token gap (ITL) and end-to-end
+time, labelled by whether the request was disaggregated and by Serve ``application``.
+They show in the Ray dashboard's metrics view and in Grafana through Ray's Prometheus
+export.
 """
 
 from __future__ import annotations
@@ -16,13 +17,20 @@ _BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 
 class RayRequestMetrics:
     """Histograms in Ray's metrics system; call :meth:`record` once per completed request."""
 
-    def __init__(self) -> None:
+    def __init__(self, application: str = "") -> None:
         from ray.util import metrics
 
-        def histogram(name: str, description: str) -> metrics.Histogram:
-            return metrics.Histogram(
-                name, description=description, boundaries=_BUCKETS, tag_keys=("path",)
+        def histogram(
+            name: str, description: str, tags: tuple[str, ...] = ("path",)
+        ) -> metrics.Histogram:
+            made = metrics.Histogram(
+                name,
+                description=description,
+                boundaries=_BUCKETS,
+                tag_keys=(*tags, "application"),
             )
+            made.set_default_tags({"application": application})
+            return made
 
         self._prefill = histogram(
             "splitserve_prefill_seconds", "Prefill pool call: queueing and prefill."
@@ -32,6 +40,13 @@ class RayRequestMetrics:
             "Decode call to its first token (includes pulling the KV).",
         )
         self._ttft = histogram("splitserve_ttft_seconds", "Server-side time to first token.")
+        self._stage = histogram(
+            "splitserve_ttft_stage_seconds",
+            "Time to first token by stage: prefill_queue, prefill, decode_queue, kv_transfer, "
+            "first_decode_step (the decode replica's first step, after the KV read; on the "
+            "local path it includes the prefill).",
+            ("path", "stage"),
+        )
         self._itl = histogram("splitserve_itl_seconds", "Server-side gap between token chunks.")
         self._e2e = histogram("splitserve_e2e_seconds", "Server-side request duration.")
 
@@ -42,6 +57,21 @@ class RayRequestMetrics:
         if timings.decode_first_token_s:
             self._decode_first.observe(timings.decode_first_token_s, tags=tags)
         self._ttft.observe(timings.first_token_s, tags=tags)
+        for stage, seconds in ttft_stages(timings).items():
+            self._stage.observe(seconds, tags={**tags, "stage": stage})
         for gap in timings.token_gaps_s:
             self._itl.observe(gap, tags=tags)
         self._e2e.observe(timings.total_s, tags=tags)
+
+
+def ttft_stages(timings: RequestTimings) -> dict[str, float]:
+    """Seconds of the request's time to first token spent in each stage it went through."""
+    stages = {}
+    if timings.disaggregated:
+        stages["prefill_queue"] = timings.prefill_queue_s
+        stages["prefill"] = timings.prefill_s
+        stages["kv_transfer"] = timings.kv_fetch_s
+    stages["decode_queue"] = timings.decode_queue_s
+    if timings.decode_first_token_s:
+        stages["first_decode_step"] = max(0.0, timings.decode_first_token_s - timings.kv_fetch_s)
+    return stages

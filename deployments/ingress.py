@@ -20,6 +20,7 @@ from app.openai_frontend import build_frontend
 from app.orchestrator import Orchestrator
 from app.request_metrics import RayRequestMetrics
 from deployments.cluster_env import missing_cluster_env
+from deployments.metrics_export import RayMetricsExport
 from deployments.pool_client import ServePoolClient
 
 logger = logging.getLogger("ray.serve")
@@ -35,7 +36,8 @@ class Ingress:
             logger.info("ingress bound to cores %s", sorted(cores))
 
         model_path = resolve_model(config.model.source)
-        metrics = RayTransferMetrics()
+        application = serve.get_replica_context().app_name
+        metrics = RayTransferMetrics(application)
         grpc = config.request_path.grpc
         orchestrator = Orchestrator(
             config.mode,
@@ -51,7 +53,7 @@ class Ingress:
             frontend_config(config, model_path),
             orchestrator,
             config.ingress.request_timeout_s,
-            on_complete=RayRequestMetrics().record,
+            on_complete=RayRequestMetrics(application).record,
         )
         frontend = build_frontend(engine_client, config, model_path)
         missing = missing_cluster_env()
@@ -63,7 +65,9 @@ class Ingress:
                 " ".join(missing),
             )
         api_key = os.environ.get("SPLITSERVE_API_KEY") or config.ingress.api_key
-        self._server = OpenAIServer(frontend, config.ingress, api_key)
+        self._server = OpenAIServer(
+            frontend, config.ingress, api_key, metrics_page=RayMetricsExport(application).page
+        )
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._server.asgi_app()

@@ -6,6 +6,8 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ray import serve
+
 from app.config import AppConfig
 from app.engine import EngineServer
 from app.kv_transport.fallback import Transport, engine_transports, nixl_installed
@@ -27,7 +29,8 @@ class LLMServer:
     async def __init__(self, role: str, config: AppConfig, prefill: Any = None) -> None:  # type: ignore[misc]
         self.role = Role(role)
         model_path = resolve_model(config.model.source)
-        self.server = EngineServer.start(self.role, config, model_path)
+        application = serve.get_replica_context().app_name
+        self.server = EngineServer.start(self.role, config, model_path, application)
         self.warmup = WarmupReport()
         self.warmup.engine_s = await warm_engine(self.server, self.role, config.model.max_model_len)
         if prefill is not None:
@@ -36,7 +39,7 @@ class LLMServer:
             await warm_pair(self.server, pool, transports, self.warmup)
         # An engine that died warming up must not be counted ready.
         await self.server.engine.check_health()
-        _record_warmup(self.role, self.warmup)
+        _record_warmup(self.role, self.warmup, application)
         logger.info(
             "%s engine %s ready, warm in %.1f s (engine %.1f s, pair %.1f s: %s)",
             self.role.value,
@@ -96,15 +99,21 @@ class LLMServer:
             server.shutdown()
 
 
-def _record_warmup(role: Role, report: WarmupReport) -> None:
-    """The warm-up's seconds as a Ray metric (``ray_splitserve_replica_warmup_seconds``)."""
+def _record_warmup(role: Role, report: WarmupReport, application: str) -> None:
+    """The warm-up's seconds in Ray's metrics (``ray_splitserve_replica_warmup_seconds``).
+
+    A histogram, not a gauge: Ray drops a gauge nobody sets again within two export
+    intervals, and a warm-up happens once per replica.
+    """
     from ray.util import metrics
 
-    gauge = metrics.Gauge(
+    histogram = metrics.Histogram(
         "splitserve_replica_warmup_seconds",
         description="Seconds an engine replica spent warming up before it was ready, by "
         "stage (engine: its own prefill and decode shapes; pair: transfers from prefill).",
-        tag_keys=("role", "stage"),
+        boundaries=[1, 2, 5, 10, 20, 30, 60, 120, 300, 600],
+        tag_keys=("role", "stage", "application"),
     )
-    gauge.set(report.engine_s, tags={"role": role.value, "stage": "engine"})
-    gauge.set(report.pair_s, tags={"role": role.value, "stage": "pair"})
+    histogram.set_default_tags({"role": role.value, "application": application})
+    histogram.observe(report.engine_s, tags={"stage": "engine"})
+    histogram.observe(report.pair_s, tags={"stage": "pair"})

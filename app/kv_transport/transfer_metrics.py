@@ -1,10 +1,11 @@
 """Ray/Prometheus metrics for KV transfers (exported by Ray's metrics agent, so they show
 in the Ray dashboard and in Grafana as ``ray_splitserve_kv_*``).
 
-Recorded by the ingress once per disaggregated request, from its :class:`TransferReport`:
-whether it was prefilled remotely or locally (and why), which transport served it, bytes
-and seconds of the transfer, each fallback taken with its kind (a
-:class:`~app.kv_transport.failure.FailureKind`), and requests no transport served.
+Labelled with the Serve ``application``. Recorded by the ingress once per disaggregated
+request, from its :class:`TransferReport`: whether it was prefilled remotely or locally
+(and why), which transport served it, bytes and seconds of the transfer, each fallback
+taken with its kind (a :class:`~app.kv_transport.failure.FailureKind`), and requests no
+transport served.
 A local prefill moves no KV, so it counts only as a decision, never as a transport.
 """
 
@@ -20,41 +21,51 @@ _SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 class RayTransferMetrics:
     """Counters and a histogram in Ray's metrics system; call :meth:`record` per request."""
 
-    def __init__(self) -> None:
+    def __init__(self, application: str = "") -> None:
         from ray.util import metrics
 
         self._requests = metrics.Counter(
             "splitserve_kv_transfers",
             description="Disaggregated requests by the transport that served their KV.",
-            tag_keys=("transport",),
+            tag_keys=("transport", "application"),
         )
         self._bytes = metrics.Counter(
             "splitserve_kv_transfer_bytes",
             description="KV bytes moved from prefill to decode.",
-            tag_keys=("transport",),
+            tag_keys=("transport", "application"),
         )
         self._seconds = metrics.Histogram(
             "splitserve_kv_transfer_seconds",
             description="Time to move one request's KV (object store: put + get; NIXL: "
             "from the decode engine's allocation of its blocks to the read's end).",
             boundaries=_SECONDS_BUCKETS,
-            tag_keys=("transport",),
+            tag_keys=("transport", "application"),
         )
         self._decisions = metrics.Counter(
             "splitserve_disaggregation_decisions",
             description="Per-request choice of remote prefill or local prefill on decode.",
-            tag_keys=("decision", "reason"),
+            tag_keys=("decision", "reason", "application"),
         )
         self._fallbacks = metrics.Counter(
             "splitserve_kv_fallbacks",
             description="Transfer attempts that failed, by transport and failure kind.",
-            tag_keys=("transport", "reason"),
+            tag_keys=("transport", "reason", "application"),
         )
         self._unserved = metrics.Counter(
             "splitserve_kv_unserved",
             description="Remote-prefill requests no transport served (recompute included): "
             "they ended in an error.",
+            tag_keys=("application",),
         )
+        for metric in (
+            self._requests,
+            self._bytes,
+            self._seconds,
+            self._decisions,
+            self._fallbacks,
+            self._unserved,
+        ):
+            metric.set_default_tags({"application": application})
 
     def record(self, report: TransferReport) -> None:
         transport = report.transport

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from app.engine_setup import free_port
 from deployments.cluster_env import harness_ports, serve_cluster_env
 from load_tests.local_app import config_args as load_args
 
@@ -90,9 +91,13 @@ def apps() -> Any:
 
     direct_ports, port = harness_ports("127.0.0.1")
     with serve_cluster_env(direct_ports) as direct_port:
+        # With the dashboard, as `serve run` starts Ray: it writes the Prometheus service
+        # discovery file tests/integration/test_observability.py scrapes through.
         ray.init(
             num_cpus=4,
-            include_dashboard=False,
+            include_dashboard=True,
+            dashboard_host="127.0.0.1",
+            dashboard_port=free_port("127.0.0.1"),
             log_to_driver=False,
             namespace="splitserve-tests",
         )

@@ -75,14 +75,22 @@ def engine_client():
     return client
 
 
-def _client(engine_client, pool=None, prefill=None, api_key=None, timeout_s=10.0, **ingress):
+def _client(
+    engine_client,
+    pool=None,
+    prefill=None,
+    api_key=None,
+    timeout_s=10.0,
+    metrics_page=None,
+    **ingress,
+):
     pool = pool or FakePool()
     engine_client.orchestrator = Orchestrator(
         Mode.DISAGGREGATED, pool, prefill or FakePool(), local_prefill_below_tokens=0
     )
     engine_client.request_timeout_s = timeout_s
     engine_client.on_complete = None
-    server = OpenAIServer(engine_client.frontend, IngressConfig(**ingress), api_key)
+    server = OpenAIServer(engine_client.frontend, IngressConfig(**ingress), api_key, metrics_page)
     return TestClient(server.asgi_app())
 
 
@@ -327,6 +335,26 @@ def test_api_key_guards_the_api_but_not_health(engine_client):
         "/v1/completions", json={"prompt": "hi"}, headers={"authorization": "Bearer s3cret"}
     )
     assert ok.status_code == 200
+
+
+def test_metrics_are_prometheus_text_without_the_api_key(engine_client):
+    async def page():
+        return 'vllm:num_requests_running{pool="decode",replica="r1"} 2.0\n'
+
+    client = _client(engine_client, api_key="s3cret", metrics_page=page)
+    r = client.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert r.text == 'vllm:num_requests_running{pool="decode",replica="r1"} 2.0\n'
+
+
+def test_metrics_that_cannot_be_read_are_a_503_naming_why(engine_client):
+    async def page():
+        raise RuntimeError("no Ray metrics agent answered (tried 127.0.0.1:1)")
+
+    r = _client(engine_client, metrics_page=page).get("/metrics")
+    assert r.status_code == 503
+    assert "no Ray metrics agent answered" in r.json()["error"]["message"]
 
 
 def test_a_request_beyond_the_admission_limit_is_refused_at_once_with_retry_after(

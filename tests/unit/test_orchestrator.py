@@ -233,6 +233,14 @@ async def test_a_busy_decode_queue_is_not_a_failed_transfer():
     assert timings.decode_queue_s >= 0.2
 
 
+async def test_a_local_request_times_its_decode_queue_and_first_step():
+    orchestrator = Orchestrator(Mode.COLOCATED, FakeDecode(queue_s=0.1))
+    texts, timings = await _run(orchestrator)
+    assert texts == ["a", "b"] and timings.decode_engine == "d-1"
+    assert timings.decode_queue_s >= 0.1
+    assert 0 < timings.decode_first_token_s < timings.decode_queue_s
+
+
 async def test_a_dead_decode_pool_fails_the_request_and_is_counted():
     reports: list[object] = []
     orchestrator = Orchestrator(
