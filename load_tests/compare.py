@@ -5,7 +5,8 @@ system at a time.
     scripts/loopback-netns .venv/bin/python -m load_tests.compare   (or: make bench-compare)
 
 For each system: start-up time (until a completion is answered), idle CPU and memory of
-all its processes, then
+all its processes, then (each of 1-3 with each pool's utilization over it,
+``load_tests.pool_usage``)
 1. concurrency 1, 128-in/128-out: TTFT and TPOT with no contention;
 2. concurrency 16, 128-in/128-out: output tokens/s (closed loop);
 3. the interference case: Poisson ``--rate`` req/s of the ``mixed`` workload (80%
@@ -45,6 +46,7 @@ from app.advice.goodput import SLO, attainment, find_goodput, requests_at
 from app.model_source import resolve_model
 from load_tests.loadgen import run_at_rate
 from load_tests.local_app import LocalApp, merge
+from load_tests.pool_usage import PoolUsage
 from load_tests.process_usage import cpu_by_group, memory_by_group
 from load_tests.run_conditions import app_settings, machine
 from load_tests.stats import StreamTiming, summarize
@@ -115,7 +117,9 @@ def splitserve(
     via_proxy: bool = False,
 ) -> Iterator[str]:
     overrides = merge({"model": {"max_model_len": MAX_MODEL_LEN}}, overrides or {})
-    with LocalApp(config, overrides=overrides, cluster_env=cluster_env) as app:
+    with LocalApp(
+        config, overrides=overrides, cluster_env=cluster_env, metrics_report_interval_ms=1000
+    ) as app:
         yield app.proxy_url if via_proxy else app.url
 
 
@@ -164,13 +168,19 @@ def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any
     row["idle_cpu_total_pct"] = round(sum(idle.values()), 1)
     row["rss_total_mib"] = round(sum(memory_by_group("rss").values()))
     row["pss_total_mib"] = round(sum(memory_by_group("pss").values()))
-    row["c1"] = asyncio.run(_fixed_load(url, args.c1_requests, 1, args.seed))
-    row["c16"] = asyncio.run(_fixed_load(url, args.c16_requests, 16, args.seed + 1))
+    with PoolUsage(url) as usage:
+        row["c1"] = asyncio.run(_fixed_load(url, args.c1_requests, 1, args.seed))
+    row["c1"]["pools"] = usage.result
+    with PoolUsage(url) as usage:
+        row["c16"] = asyncio.run(_fixed_load(url, args.c16_requests, 16, args.seed + 1))
+    row["c16"]["pools"] = usage.result
     requests = mixed(random.Random(args.seed), args.mixed_requests)
-    timings, failures, wall = asyncio.run(
-        run_at_rate(url, requests, args.rate, args.seed, progress=args.progress)
-    )
+    with PoolUsage(url) as usage:
+        timings, failures, wall = asyncio.run(
+            run_at_rate(url, requests, args.rate, args.seed, progress=args.progress)
+        )
     row["mixed"] = _mixed_summary(timings, failures, wall)
+    row["mixed"]["pools"] = usage.result
     if args.goodput:
         slo = SLO(args.slo_ttft_ms / 1000, args.slo_tpot_ms / 1000)
 
@@ -269,6 +279,15 @@ def print_table(rows: dict[str, dict[str, Any]]) -> None:
     print(f"{'system':<44}" + "".join(f"{name:>13}" for name, _ in columns))
     for system, row in rows.items():
         print(f"{system:<44}" + "".join(f"{get(row):>13.1f}" for _, get in columns))
+    print("\nper-pool utilization: busy % of wall time (mean per replica) / engine CPU % of a core")
+    for system, row in rows.items():
+        for workload in ("c1", "c16", "mixed"):
+            pools = row[workload].get("pools", {})
+            cells = [
+                f"{pool} {f.get('busy_pct', float('nan')):.0f}/{f.get('cpu_pct', 0):.0f}"
+                for pool, f in sorted(pools.items())
+            ]
+            print(f"{system:<44}{workload:>7}  " + "   ".join(cells))
 
 
 def main() -> None:

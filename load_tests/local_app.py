@@ -42,6 +42,7 @@ class LocalApp:
         name: str = "splitserve",
         overrides: dict[str, Any] | None = None,
         cluster_env: bool = True,
+        metrics_report_interval_ms: int | None = None,
     ):
         self.config_path = Path(config_path)
         self.overrides = overrides or {}
@@ -50,6 +51,9 @@ class LocalApp:
         self.url = ""  # where clients go: the ingress's own server, else the proxy
         self.proxy_url = ""  # Serve's proxy
         self.cluster_env = cluster_env
+        # How often Ray exports metrics (its default is 10 s); shorter for benchmarks that
+        # read /metrics around each workload.
+        self.metrics_report_interval_ms = metrics_report_interval_ms
 
     def __enter__(self) -> LocalApp:
         import ray
@@ -61,7 +65,15 @@ class LocalApp:
         with (
             serve_cluster_env(direct_ports) if self.cluster_env else contextlib.nullcontext()
         ) as direct_port:
-            ray.init(num_cpus=self.num_cpus, include_dashboard=False, log_to_driver=False)
+            system = {}
+            if self.metrics_report_interval_ms is not None:
+                system["metrics_report_interval_ms"] = self.metrics_report_interval_ms
+            ray.init(
+                num_cpus=self.num_cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                _system_config=system or None,
+            )
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": port})
             args = merge(config_args(self.config_path), self.overrides)

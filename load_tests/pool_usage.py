@@ -1,0 +1,117 @@
+"""Per-pool utilization over one workload: how busy each pool's engines were.
+
+Two measures, per pool (prefill, decode, colocated, or a peer's engine):
+
+- ``busy_pct``: the share of wall time the pool's engines were stepping, from the app's
+  own ``splitserve_engine_busy_seconds_total`` on its ``/metrics`` (mean per replica);
+  only splitserve exports it, so peers have none;
+- ``cpu_pct``: CPU time of the pool's engine-core processes per wall second (% of one
+  core, summed over replicas). On these CPU-only machines the engine core is where the
+  model runs, so this is the compute the pool used; every system has it.
+
+Ray's metrics agents export every ``metrics_report_interval_ms``: run the app with a
+short interval (``LocalApp(metrics_report_interval_ms=1000)``) and let :class:`PoolUsage`
+wait ``export_lag_s`` around the workload.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+import httpx
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
+
+from load_tests.process_usage import app_processes
+
+BUSY = "splitserve_engine_busy_seconds_total"
+
+
+def _pool_of_engine(process: psutil.Process) -> str | None:
+    """The pool an engine-core process serves, from its parent's title; None if not one."""
+    try:
+        if "EngineCore" not in " ".join(process.cmdline()) + process.name():
+            return None
+        parent = process.parent()
+        title = " ".join(parent.cmdline()) if parent else ""
+    except psutil.Error:
+        return None
+    for needle, pool in (
+        ("Prefill", "prefill"),
+        ("Decode", "decode"),
+        ("Colocated", "colocated"),
+        ("vllm.entrypoints.openai.api_server", "vLLM engine"),
+    ):
+        if needle in title:
+            return pool
+    return "engine"
+
+
+def _engine_cpu() -> dict[str, tuple[float, int]]:
+    """Pool -> (CPU seconds of its engine cores so far, number of engine cores)."""
+    found: dict[str, tuple[float, int]] = {}
+    for process in app_processes():
+        pool = _pool_of_engine(process)
+        if pool is None:
+            continue
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        seconds, count = found.get(pool, (0.0, 0))
+        found[pool] = (seconds + times.user + times.system, count + 1)
+    return found
+
+
+def busy_by_pool(base_url: str) -> dict[str, tuple[float, int]] | None:
+    """Pool -> (busy seconds so far, replicas) from the app's ``/metrics``; None if it has none."""
+    try:
+        response = httpx.get(f"{base_url}/metrics", timeout=10)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200 or BUSY not in response.text:
+        return None
+    seconds: dict[str, float] = defaultdict(float)
+    replicas: dict[str, set[str]] = defaultdict(set)
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            if sample.name == BUSY:
+                pool = sample.labels.get("pool", "")
+                seconds[pool] += sample.value
+                replicas[pool].add(sample.labels.get("replica", ""))
+    return {pool: (seconds[pool], len(replicas[pool])) for pool in seconds}
+
+
+class PoolUsage:
+    """``with PoolUsage(url): run_workload()``; then :attr:`result` is pool -> figures."""
+
+    def __init__(self, base_url: str, export_lag_s: float = 2.5) -> None:
+        self.base_url = base_url
+        self.export_lag_s = export_lag_s
+        self.result: dict[str, dict[str, Any]] = {}
+
+    def __enter__(self) -> PoolUsage:
+        time.sleep(self.export_lag_s)  # the previous workload's last steps exported
+        self._busy = busy_by_pool(self.base_url)
+        self._cpu = _engine_cpu()
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self._started
+        cpu = _engine_cpu()
+        time.sleep(self.export_lag_s)
+        busy = busy_by_pool(self.base_url)
+        for pool, (seconds, count) in cpu.items():
+            before = self._cpu.get(pool, (0.0, 0))[0]
+            self.result[pool] = {
+                "engines": count,
+                "cpu_pct": round(100 * (seconds - before) / wall, 1),
+            }
+        if busy is not None and self._busy is not None:
+            for pool, (seconds, replicas) in busy.items():
+                before = self._busy.get(pool, (0.0, 0))[0]
+                share = (seconds - before) / (wall * max(replicas, 1))
+                self.result.setdefault(pool, {})["busy_pct"] = round(100 * share, 1)
