@@ -16,7 +16,7 @@ TORCH_INDEX ?=
 # Tests run in a loopback-only network namespace where possible (see the script).
 NETNS := scripts/loopback-netns
 
-.PHONY: setup run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-link
+.PHONY: setup run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-aiperf bench-link
 
 setup: $(STAMP)
 
@@ -90,6 +90,19 @@ bench-prefix: setup
 bench-compare: setup
 	$(NETNS) $(PY) -m load_tests.compare
 	$(PY) -m load_tests.plots
+
+# NVIDIA's AIPerf and the project's load generator, same workload, against splitserve and
+# vLLM's server. AIPerf gets an environment of its own (the `aiperf` group of pyproject.toml).
+AIPERF_VENV := .venv-aiperf
+AIPERF_REQS = $(shell $(PYTHON) -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["aiperf"]))')
+
+$(AIPERF_VENV)/.setup: pyproject.toml
+	test -x $(AIPERF_VENV)/bin/python || $(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/pip install --quiet $(AIPERF_REQS)
+	touch $@
+
+bench-aiperf: setup $(AIPERF_VENV)/.setup
+	$(NETNS) $(PY) -m load_tests.aiperf_bench --aiperf $(AIPERF_VENV)/bin/aiperf
 
 # KV over a shaped link between the test hosts: transfer time and TTFT vs KV bytes.
 bench-link: setup
