@@ -425,6 +425,33 @@ class RequestPathConfig(_Strict):
         }
 
 
+class MigrationConfig(_Strict):
+    """Moving a stream whose decode replica died to another replica (docs/reliability.md)."""
+
+    enabled: bool = Field(
+        True,
+        description="When a decode replica or its engine dies mid-stream, or its stream "
+        "stalls, continue the request on a healthy replica: the prompt plus the tokens "
+        "already streamed become the new prompt, and the client sees one stream.",
+    )
+    max_migrations: int = Field(2, ge=0, description="Most migrations of one request.")
+    stall_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="A stream that sends nothing for this long after its first token is "
+        "taken as lost and migrated.",
+    )
+    resume_timeout_s: float = Field(
+        180.0,
+        gt=0,
+        description="How long a lost request waits for a live replica to take it (Serve "
+        "restarting the only replica, warm-up included); then the client gets the error.",
+    )
+    retry_interval_s: float = Field(
+        1.0, gt=0, description="Pause between sends of a lost request no replica took yet."
+    )
+
+
 class AppConfig(_Strict):
     """The whole application: the YAML's `args:` block."""
 
@@ -435,6 +462,7 @@ class AppConfig(_Strict):
     openai: OpenAIConfig = Field(default_factory=OpenAIConfig)
     router: RouterConfig = Field(default_factory=RouterConfig)
     request_path: RequestPathConfig = Field(default_factory=RequestPathConfig)
+    migration: MigrationConfig = Field(default_factory=MigrationConfig)
     prefill: PoolConfig = Field(
         default_factory=lambda: PoolConfig(cpu_binding="0"),
         description="The prefill pool (disaggregated mode).",

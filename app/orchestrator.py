@@ -19,10 +19,11 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 
-from app.config import Mode, TransportConfig
+from app.config import MigrationConfig, Mode, TransportConfig
 from app.errors import describe_failure
 from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Attempt, TransferReport, Transport
+from app.migration import Migration, resumable
 from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from app.routing.disaggregation import decide
 
@@ -49,7 +50,9 @@ class PoolClient(ABC):
       ``transfer_failed`` set and no tokens. Closing either iterator early (the caller
       stops, is cancelled or times out) must abort the request on that replica and free
       its KV blocks.
-    - Either raises :class:`PoolBusy` when the pool's queue is full.
+    - Either raises :class:`PoolBusy` when the pool's queue is full, and
+      :class:`~app.migration.ReplicaLost` when the replica serving the call, or its
+      engine, died (the request can go on elsewhere; any other error is the request's).
     """
 
     @abstractmethod
@@ -77,6 +80,7 @@ class RequestTimings:
     prefill_cached_tokens: int = 0
     decode_engine: str = ""
     token_gaps_s: list[float] = field(default_factory=list)  # between token chunks (ITL)
+    migrations: list[Migration] = field(default_factory=list)  # streams moved to a replica
 
     @property
     def disaggregated(self) -> bool:
@@ -105,6 +109,7 @@ class Orchestrator:
         on_transfer: Callable[[TransferReport], None] | None = None,
         local_prefill_below_tokens: int = 0,
         max_prefill_backlog: int = 1 << 30,
+        migration: MigrationConfig | None = None,
     ) -> None:
         if mode is Mode.DISAGGREGATED and prefill is None:
             raise ValueError("disaggregated mode needs a prefill pool")
@@ -118,18 +123,29 @@ class Orchestrator:
         self.on_transfer = on_transfer
         self.local_prefill_below_tokens = local_prefill_below_tokens
         self.max_prefill_backlog = max_prefill_backlog
+        self.migration = migration or MigrationConfig()
         self.prefills_in_flight = 0
 
     async def run(
         self, request: GenerateRequest, timings: RequestTimings | None = None
     ) -> AsyncIterator[TokenChunk]:
-        """Stream ``request``'s tokens; in disaggregated mode, move its KV by the plan."""
+        """Stream ``request``'s tokens; in disaggregated mode, move its KV by the plan.
+
+        A stream whose decode replica is lost continues on another (:mod:`app.migration`).
+        """
         timings = timings or RequestTimings()
         started = time.perf_counter()
-        if self.mode is Mode.COLOCATED:
-            chunks = self._decode_only(request, timings)
-        else:
-            chunks = self._disaggregated(request, timings)
+
+        def serve(current: GenerateRequest) -> AsyncIterator[TokenChunk]:
+            if current is not request:  # a continuation makes its own transfer decision
+                timings.transfer = TransferReport()
+            if self.mode is Mode.COLOCATED:
+                return self._decode_only(current, timings)
+            return self._disaggregated(current, timings)
+
+        chunks = resumable(
+            serve, request, self.migration, timings.migrations.append, lambda: timings.decode_engine
+        )
         last = 0.0
         try:
             async for chunk in chunks:

@@ -49,6 +49,13 @@ class RayRequestMetrics:
         )
         self._itl = histogram("splitserve_itl_seconds", "Server-side gap between token chunks.")
         self._e2e = histogram("splitserve_e2e_seconds", "Server-side request duration.")
+        self._migrations = metrics.Counter(
+            "splitserve_migrations",
+            description="Streams moved to another decode replica after theirs was lost, "
+            "by cause: replica_died, engine_died, stream_stalled.",
+            tag_keys=("cause", "application"),
+        )
+        self._migrations.set_default_tags({"application": application})
 
     def record(self, timings: RequestTimings) -> None:
         tags = {"path": "disaggregated" if timings.disaggregated else "local"}
@@ -62,6 +69,8 @@ class RayRequestMetrics:
         for gap in timings.token_gaps_s:
             self._itl.observe(gap, tags=tags)
         self._e2e.observe(timings.total_s, tags=tags)
+        for migration in timings.migrations:
+            self._migrations.inc(1, tags={"cause": migration.cause.value})
 
 
 def ttft_stages(timings: RequestTimings) -> dict[str, float]:

@@ -36,6 +36,16 @@ def timing_report(t: RequestTimings) -> dict[str, Any]:
             for a in report.fallbacks
             if a.failure is not None
         ],
+        # Each move of the stream to another replica (app.migration), in order.
+        "migrations": [
+            {
+                "cause": m.cause.value,
+                "tokens_sent": m.tokens_sent,
+                "from_engine": m.engine_id or None,
+                "reason": m.detail,
+            }
+            for m in t.migrations
+        ],
     }
 
 

@@ -47,6 +47,7 @@ class Ingress:
             timeouts=config.transport,
             local_prefill_below_tokens=config.router.local_prefill_below_tokens,
             max_prefill_backlog=config.router.max_prefill_backlog,
+            migration=config.migration,
             on_transfer=metrics.record,
         )
         engine_client = PoolEngineClient(

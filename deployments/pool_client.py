@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from app.errors import describe_failure
 from app.kv_transport.fallback import Transport
+from app.migration import LostCause, ReplicaLost
 from app.orchestrator import PoolBusy, PoolClient
 from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
 
@@ -37,7 +39,8 @@ class ServePoolClient(PoolClient):
 
 async def _relay(stream: Any) -> AsyncIterator[Any]:
     """Re-yield a Serve streaming response; stopping early cancels the call, which
-    aborts the request inside the replica's engine. A full queue is :class:`PoolBusy`."""
+    aborts the request inside the replica's engine. A full queue is :class:`PoolBusy`; a
+    replica or engine that died is :class:`ReplicaLost`."""
     from ray.serve.exceptions import BackPressureError
 
     finished = False
@@ -48,6 +51,38 @@ async def _relay(stream: Any) -> AsyncIterator[Any]:
     except BackPressureError as exc:
         finished = True  # never queued: nothing to cancel
         raise PoolBusy(str(exc)) from exc
+    except Exception as exc:
+        cause = lost_cause(exc)
+        if cause is None:
+            raise
+        raise ReplicaLost(cause, describe_failure(exc)) from exc
     finally:
         if not finished:
             stream.cancel()
+
+
+def _replica_gone() -> tuple[type[BaseException], ...]:
+    from ray import exceptions
+
+    return (
+        exceptions.RayActorError,
+        exceptions.ActorUnavailableError,
+        exceptions.WorkerCrashedError,
+    )
+
+
+def lost_cause(exc: BaseException) -> LostCause | None:
+    """Whether ``exc`` says the replica serving a call died (or only its engine), else None."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, _replica_gone()):
+            return LostCause.REPLICA_DIED
+        if type(error).__name__ == "EngineDeadError":  # vllm.v1.engine.exceptions
+            return LostCause.ENGINE_DIED
+        pending += [getattr(error, "cause", None), error.__cause__, error.__context__]
+    return None
