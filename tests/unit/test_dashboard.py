@@ -2,6 +2,7 @@
 
 import inspect
 
+from app import request_metrics
 from app.kv_transport import transfer_metrics
 from tests.dashboard_names import EXPORTED_ON_EVENT, dashboard, expressions, metric_names
 
@@ -46,6 +47,6 @@ def test_the_dashboard_shows_what_an_operator_sizes_pools_by():
 def test_event_counters_are_declared_where_the_app_and_vllm_record_them():
     from vllm.v1.metrics import loggers
 
-    sources = inspect.getsource(transfer_metrics) + inspect.getsource(loggers)
+    sources = "".join(inspect.getsource(m) for m in (transfer_metrics, request_metrics, loggers))
     for declared in EXPORTED_ON_EVENT.values():
         assert f'"{declared}"' in sources, declared
