@@ -10,8 +10,8 @@ from typing import Any
 DASHBOARD = Path(__file__).parents[1] / "observability" / "grafana" / "splitserve.json"
 
 # Counters Ray exports only from their first increment: a fallback, a request no transport
-# served, a preemption, a prefix-cache hit, a migration. A healthy test run need not produce them, so
-# the live check looks for these in the code that declares them instead.
+# served, a preemption, a prefix-cache hit, a migration. A healthy test run need not
+# produce them, so the live check looks for these in the code that declares them instead.
 EXPORTED_ON_EVENT = {
     "ray_splitserve_kv_fallbacks_total": "splitserve_kv_fallbacks",
     "ray_splitserve_kv_unserved_total": "splitserve_kv_unserved",
