@@ -27,12 +27,13 @@ from typing import Any
 
 from app.config import AppConfig
 from app.engine_metrics import BusyClock, pool_stat_logger
-from app.engine_setup import engine_arguments, engine_environment, free_port, side_channel_host
+from app.engine_setup import engine_arguments, engine_environment, side_channel_host
 from app.kv_transport import object_store
 from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Transport
 from app.kv_transport.kv_read import nixl_read
 from app.kv_transport.payload import LOAD_PATH, NUM_TOKENS, SAVE_PATH
+from app.net import free_port
 from app.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
 
 logger = logging.getLogger("splitserve.engine")

@@ -9,20 +9,12 @@ progress thread, UCX transports). :class:`app.engine.EngineServer` applies them.
 
 from __future__ import annotations
 
-import socket
 from typing import Any, Literal
 
 from app.config import AppConfig, PoolConfig
 from app.kv_transport import nixl_progress
 from app.kv_transport.fallback import Transport, engine_transports, nixl_installed
 from app.records import Role
-
-
-def free_port(host: str) -> int:
-    """A TCP port that is free on ``host`` right now (for the NIXL side channel)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _on_gpu() -> bool:

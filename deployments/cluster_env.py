@@ -23,11 +23,10 @@ A value already in the environment wins, so any of them can be turned off.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from app.engine_setup import free_port
+from app.net import free_port, free_port_range
 
 DIRECT_PORT_ENV = "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"
 DIRECT_PORT_END_ENV = "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"  # exclusive
@@ -50,22 +49,6 @@ SERVE_CLUSTER_ENV = {
 def missing_cluster_env() -> list[str]:
     """The settings this process (a replica, which inherits the node's environment) lacks."""
     return [f"{key}={value}" for key, value in SERVE_CLUSTER_ENV.items() if key not in os.environ]
-
-
-def free_port_range(host: str, count: int) -> int:
-    """The first of ``count`` consecutive TCP ports that are all free on ``host`` now."""
-    for _ in range(100):
-        first = free_port(host)
-        if first + count > 65536:
-            continue
-        try:
-            for port in range(first, first + count):
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                    sock.bind((host, port))
-        except OSError:
-            continue
-        return first
-    raise RuntimeError(f"no {count} consecutive free ports on {host}")
 
 
 def harness_ports(host: str) -> tuple[int, int]:

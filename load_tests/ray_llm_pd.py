@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from app.engine_setup import free_port
 from app.model_source import resolve_model
+from app.net import free_port
 
 
 def _engine_config(core: str, max_model_len: int) -> Any:

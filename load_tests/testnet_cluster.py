@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.engine_setup import free_port
+from app.net import free_port
 from deployments.cluster_env import serve_cluster_env
 from load_tests.local_app import config_args, merge
 

@@ -2,7 +2,7 @@
 
 - ``kv_size``: KV bytes per token and per request from a model config (GQA, MLA, FP8,
   tensor parallelism) and the time to move them over a link;
-- ``checks``: the seed's five checks, each a number against a threshold, and a verdict;
+- ``checks``: five checks before disaggregating, each a number against a threshold, and a verdict;
 - ``engine_profile``: per-engine costs measured on the actual hardware (prefill time vs
   prompt tokens, decode step time vs batch size), saved as JSON;
 - ``simulator``: a discrete-event model of arrivals through a prefill pool, a transfer

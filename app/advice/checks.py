@@ -1,4 +1,4 @@
-"""The seed's five checks before disaggregating, each a number against a threshold.
+"""Five checks before disaggregating, each a number against a threshold.
 
 1. Decode share of request time: below 70%, the decode pool has little to gain from
    running alone (prefill interference is not where the time goes).

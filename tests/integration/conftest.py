@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from app.engine_setup import free_port
+from app.net import free_port
 from deployments.cluster_env import harness_ports, serve_cluster_env
 from load_tests.local_app import config_args as load_args
 

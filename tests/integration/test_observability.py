@@ -21,7 +21,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.engine_setup import free_port
+from app.net import free_port
 from deployments.metrics_export import _agent_addresses
 from deployments.observe import prometheus_command, write_config
 from tests.dashboard_names import EXPORTED_ON_EVENT, metric_names

@@ -4,10 +4,10 @@ import os
 import re
 from pathlib import Path
 
+from app.net import free_port_range
 from deployments.cluster_env import (
     DIRECT_PORT_COUNT,
     SERVE_CLUSTER_ENV,
-    free_port_range,
     harness_ports,
     missing_cluster_env,
     serve_cluster_env,
