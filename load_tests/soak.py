@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from load_tests.local_app import LocalApp
+from load_tests.stream_bench import sse_lines
 
 POOLS = ("Prefill", "Decode")
 
@@ -47,7 +48,7 @@ async def client_loop(
                         continue
                     events = 0
                     error = False
-                    async for line in resp.aiter_lines():
+                    async for line in sse_lines(resp):
                         if line.startswith('data: {"error"'):
                             error = True
                         if line.startswith("data: "):

@@ -19,7 +19,7 @@ import platform
 import random
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -27,24 +27,49 @@ import httpx
 from load_tests.stats import StreamTiming, summarize
 
 
-async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
-    """The lines of an SSE stream, split where the SSE spec splits them (CR, LF, CRLF).
+class SSESplitter:
+    """Splits text into SSE lines where the SSE spec splits them (CR, LF, CRLF).
 
-    httpx's ``aiter_lines`` also splits on the other Unicode line breaks (U+2028, U+0085,
-    ...), which servers that write JSON without escaping non-ASCII (vLLM's does) leave
-    raw inside an event when the model generates them.
+    httpx's ``iter_lines`` / ``aiter_lines`` also split on the other Unicode line breaks
+    (U+2028, U+0085, ...), which servers that write JSON without escaping non-ASCII
+    (vLLM's does) leave raw inside an event when the model generates them.
     """
-    pending = ""
-    async for text in response.aiter_text():
-        pending += text
+
+    def __init__(self) -> None:
+        self.pending = ""
+
+    def feed(self, text: str) -> list[str]:
+        """The lines that ``text`` completes."""
+        pending = self.pending + text
         # A trailing CR may be the first half of a CRLF: keep it for the next chunk.
         complete, tail = (pending[:-1], "\r") if pending.endswith("\r") else (pending, "")
-        *lines, pending = re.split(r"\r\n|\r|\n", complete)
-        pending += tail
-        for line in lines:
+        *lines, rest = re.split(r"\r\n|\r|\n", complete)
+        self.pending = rest + tail
+        return lines
+
+    def end(self) -> list[str]:
+        """The last line, if the stream did not end with a line break."""
+        last = self.pending.rstrip("\r")
+        self.pending = ""
+        return [last] if last else []
+
+
+async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """The lines of an SSE stream (:class:`SSESplitter`)."""
+    splitter = SSESplitter()
+    async for text in response.aiter_text():
+        for line in splitter.feed(text):
             yield line
-    if pending.rstrip("\r"):
-        yield pending.rstrip("\r")
+    for line in splitter.end():
+        yield line
+
+
+def sse_lines_sync(response: httpx.Response) -> Iterator[str]:
+    """The lines of an SSE stream read with a blocking client (:class:`SSESplitter`)."""
+    splitter = SSESplitter()
+    for text in response.iter_text():
+        yield from splitter.feed(text)
+    yield from splitter.end()
 
 
 class RequestFailed(RuntimeError):

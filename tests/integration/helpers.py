@@ -6,6 +6,8 @@ import json
 import random
 from typing import Any
 
+from load_tests.stream_bench import sse_lines_sync
+
 GREEDY = {"temperature": 0, "max_tokens": 16, "ignore_eos": True}
 
 
@@ -31,7 +33,7 @@ def stream_events(http: Any, base: str, path: str, body: dict[str, Any]) -> list
     events: list[Any] = []
     with http.stream("POST", f"{base}{path}", json={**body, "stream": True}) as response:
         assert response.status_code == 200, response.read()
-        for line in response.iter_lines():
+        for line in sse_lines_sync(response):
             if line.startswith("data: "):
                 data = line[len("data: ") :]
                 events.append(data if data == "[DONE]" else json.loads(data))

@@ -13,6 +13,7 @@ from app.kv_transport.fallback import Transport, transfer_plan
 from app.orchestrator import Orchestrator, PoolClient, RequestTimings
 from app.records import GenerateRequest, PrefillResult
 from deployments.pool_client import ServePoolClient
+from load_tests.stream_bench import sse_lines_sync
 from tests.integration.conftest import TEST_KV_LEASE_S
 from tests.integration.faults import (
     all_blocks_free,
@@ -73,7 +74,7 @@ def test_client_disconnects_leave_no_kv_held(apps):
             client.stream("POST", f"{apps.disaggregated}/v1/completions", json=body) as response,
         ):
             assert response.status_code == 200
-            for i, _ in enumerate(response.iter_lines()):
+            for i, _ in enumerate(sse_lines_sync(response)):
                 if i >= 6:
                     break  # hang up mid-stream
 

@@ -22,6 +22,7 @@ import pytest
 import ray
 
 from app.kv_transport import object_store
+from load_tests.stream_bench import sse_lines_sync
 from tests.integration.faults import (
     APP,
     assert_no_kv_held,
@@ -56,7 +57,7 @@ def _stream_with_a_kill(base: str, prompt: list[int], kill: Callable[[], None]) 
         client.stream("POST", f"{base}/v1/completions", json=body) as response,
     ):
         assert response.status_code == 200
-        for line in response.iter_lines():
+        for line in sse_lines_sync(response):
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             event = json.loads(line[len("data: ") :])

@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from load_tests.stream_bench import sse_lines
+from load_tests.stream_bench import sse_lines, sse_lines_sync
 
 
 class _Chunks(httpx.AsyncByteStream):
@@ -36,3 +36,9 @@ def test_crlf_split_across_chunks_is_one_line_break():
 
 def test_a_last_line_without_a_break_is_kept():
     assert _lines([b"data: 1\ndata: [DO", b"NE]"]) == ["data: 1", "data: [DONE]"]
+
+
+def test_the_blocking_reader_splits_the_same_way():
+    chunks = [b'data: {"t": "a\xe2\x80\xa8b"}\r', b"\ndata: [DO", b"NE]"]
+    response = httpx.Response(200, content=b"".join(chunks))
+    assert list(sse_lines_sync(response)) == ['data: {"t": "a\u2028b"}', "data: [DONE]"]
