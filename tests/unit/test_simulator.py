@@ -87,9 +87,20 @@ def test_goodput_is_below_capacity_and_scales_with_replicas():
 def test_plan_ranks_every_split_and_colocated():
     topologies = candidates(3)
     assert [t.name for t in topologies] == ["1P:2D", "2P:1D", "colocated x3"]
-    plans = plan(flat(step_s=0.001), 2, [(256, 8)] * 100, ttft_s=0.1, tpot_s=0.01, duration_s=5)
-    assert {p.topology.name for p in plans} == {"1P:1D", "colocated x2"}
-    assert plans[0].per_accelerator >= plans[1].per_accelerator
+    workload = [(256, 8)] * 100
+
+    def ranked(profile):
+        plans = plan(profile, 2, workload, ttft_s=0.1, tpot_s=0.01, duration_s=5)
+        assert {p.topology.name for p in plans} == {"1P:1D", "colocated x2"}
+        return {p.topology.name: p.per_accelerator for p in plans}, plans[0].topology.name
+
+    # A 50 ms prefill stalls every stream on a colocated engine past the 10 ms TPOT
+    # target; a prefill pool keeps decode steps clear: splitting must win, by far.
+    scores, best = ranked(flat(prefill_s=0.05, step_s=0.001))
+    assert best == "1P:1D" and scores["1P:1D"] > 3 * scores["colocated x2"]
+    # A hand-off that costs 0.2 s alone misses the 0.1 s TTFT target: colocated wins.
+    scores, best = ranked(flat(step_s=0.001, disaggregated_overhead_s=0.2))
+    assert best == "colocated x2" and scores["1P:1D"] == 0
 
 
 def test_topology_is_validated():
