@@ -106,7 +106,11 @@ def test_link_cut_mid_request_ends_cleanly(multinode, http):
     assert_no_kv_held("Prefill", "Decode", timeout_s=45)
     # The link is back: the next request is served over NIXL again.
     again = {**GREEDY, "prompt": random_prompt(778, 200)}
-    assert streamed_text(stream_events(http, multinode.disaggregated, "/v1/completions", again))
+    again["stream_options"] = {"include_usage": True}
+    events = stream_events(http, multinode.disaggregated, "/v1/completions", again)
+    assert streamed_text(events)
+    timing = events[-2]["splitserve"]
+    assert timing["kv_transport"] == "nixl" and not timing["fallbacks"], timing
 
 
 def test_greedy_output_equals_colocated_over_object_store(multinode, http):
