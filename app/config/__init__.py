@@ -1,0 +1,38 @@
+"""The user-facing configuration: what a YAML file's ``args:`` block may say.
+
+Every model is strict (``extra="forbid"``): an unknown key or a bad value fails when the
+application is built, and pydantic's message names the field. Internal runtime records
+live in :mod:`app.records`, not here.
+"""
+
+from app.config.app import AppConfig
+from app.config.base import Mode
+from app.config.deployment import (
+    AdmissionConfig,
+    AutoscalingConfig,
+    DeploymentOptions,
+    IngressConfig,
+    PoolConfig,
+    RayActorOptions,
+)
+from app.config.frontend import OpenAIConfig
+from app.config.model import ModelConfig
+from app.config.routing import MigrationConfig, RequestPathConfig, RouterConfig
+from app.config.transport import TransportConfig
+
+__all__ = [
+    "AdmissionConfig",
+    "AppConfig",
+    "AutoscalingConfig",
+    "DeploymentOptions",
+    "IngressConfig",
+    "MigrationConfig",
+    "Mode",
+    "ModelConfig",
+    "OpenAIConfig",
+    "PoolConfig",
+    "RayActorOptions",
+    "RequestPathConfig",
+    "RouterConfig",
+    "TransportConfig",
+]

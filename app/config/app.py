@@ -1,0 +1,33 @@
+"""The whole application: the YAML's `args:` block."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from app.config.base import Mode, Strict
+from app.config.deployment import IngressConfig, PoolConfig
+from app.config.frontend import OpenAIConfig
+from app.config.model import ModelConfig
+from app.config.routing import MigrationConfig, RequestPathConfig, RouterConfig
+from app.config.transport import TransportConfig
+
+
+class AppConfig(Strict):
+    """The whole application: the YAML's `args:` block."""
+
+    mode: Mode = Field(Mode.DISAGGREGATED, description="`disaggregated` or `colocated`.")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    transport: TransportConfig = Field(default_factory=TransportConfig)
+    ingress: IngressConfig = Field(default_factory=IngressConfig)
+    openai: OpenAIConfig = Field(default_factory=OpenAIConfig)
+    router: RouterConfig = Field(default_factory=RouterConfig)
+    request_path: RequestPathConfig = Field(default_factory=RequestPathConfig)
+    migration: MigrationConfig = Field(default_factory=MigrationConfig)
+    prefill: PoolConfig = Field(
+        default_factory=lambda: PoolConfig(cpu_binding="0"),
+        description="The prefill pool (disaggregated mode).",
+    )
+    decode: PoolConfig = Field(
+        default_factory=lambda: PoolConfig(cpu_binding="1"),
+        description="The decode pool; in colocated mode, the only pool.",
+    )

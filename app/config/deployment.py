@@ -1,0 +1,169 @@
+"""Ray Serve options of the pools and the ingress: `prefill:`, `decode:`, `ingress:`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from app.config.base import Strict
+from app.cpu_affinity import CORE_LIST
+
+
+class AutoscalingConfig(Strict):
+    """Ray Serve autoscaling for one pool (same field names as Serve's)."""
+
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(1, ge=1)
+    initial_replicas: int | None = Field(None, ge=0)
+    target_ongoing_requests: float = Field(2.0, gt=0)
+    upscale_delay_s: float = Field(30.0, ge=0)
+    downscale_delay_s: float = Field(600.0, ge=0)
+    look_back_period_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingConfig:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas must be <= max_replicas")
+        return self
+
+
+class RayActorOptions(Strict):
+    """The subset of Ray Serve's `ray_actor_options` a pool may set."""
+
+    num_cpus: float = Field(1.0, ge=0, description="Logical CPUs reserved per replica.")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs per replica.")
+    memory: int | None = Field(None, ge=0, description="Bytes of memory reserved per replica.")
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom resources (e.g. to pin a pool to nodes)."
+    )
+
+
+class DeploymentOptions(Strict):
+    """Ray Serve deployment options shared by every pool and the ingress."""
+
+    num_replicas: int | None = Field(
+        None, ge=1, description="Fixed replica count; leave unset when autoscaling."
+    )
+    autoscaling_config: AutoscalingConfig | None = Field(
+        None, description="Serve autoscaling; mutually exclusive with num_replicas."
+    )
+    max_ongoing_requests: int = Field(64, gt=0, description="Concurrent requests per replica.")
+    max_queued_requests: int = Field(
+        -1,
+        ge=-1,
+        description="Requests Serve may queue for this deployment beyond those ongoing; "
+        "more are refused (503). -1: no bound.",
+    )
+    ray_actor_options: RayActorOptions = Field(default_factory=RayActorOptions)
+
+    @model_validator(mode="after")
+    def _one_scaling_mode(self) -> DeploymentOptions:
+        if self.num_replicas is not None and self.autoscaling_config is not None:
+            raise ValueError("set either num_replicas or autoscaling_config, not both")
+        return self
+
+    def to_serve_options(self) -> dict[str, Any]:
+        """The keyword arguments for `serve.deployment(...).options(...)`."""
+        options: dict[str, Any] = {
+            "max_ongoing_requests": self.max_ongoing_requests,
+            "max_queued_requests": self.max_queued_requests,
+            "ray_actor_options": self.ray_actor_options.model_dump(exclude_none=True),
+        }
+        if self.autoscaling_config is not None:
+            options["autoscaling_config"] = self.autoscaling_config.model_dump(exclude_none=True)
+        else:
+            options["num_replicas"] = self.num_replicas or 1
+        return options
+
+
+class PoolConfig(DeploymentOptions):
+    """One pool of vLLM engines (prefill, decode, or the colocated pool)."""
+
+    max_queued_requests: int = Field(
+        128,
+        ge=-1,
+        description="Requests Serve may queue for the pool beyond those ongoing. A full "
+        "prefill queue sends the request to be prefilled on decode; a full decode queue "
+        "is a 503 for the client. -1: no bound.",
+    )
+
+    cpu_binding: str | None = Field(
+        None,
+        description="CPU hosts: cores the engine's OpenMP threads bind to "
+        "(VLLM_CPU_OMP_THREADS_BIND), e.g. `0`, `1`, `0-3`; None lets vLLM choose.",
+        pattern=r"^(all|nobind|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)$",
+    )
+    stream_interval_ms: float = Field(
+        50.0,
+        ge=0,
+        le=1000,
+        description="Decode and colocated pools: the longest a stream waits between "
+        "chunks; tokens made meanwhile travel together as one chunk (the first token is "
+        "never held). 0 sends every engine step.",
+    )
+    stream_messages_per_s: float = Field(
+        200.0,
+        ge=0,
+        description="Decode and colocated pools: chunk budget per replica. Each stream's "
+        "interval is (streams running on the replica) / budget, at most "
+        "`stream_interval_ms`: one stream gets a chunk every 5 ms, 10 or more streams every "
+        "50 ms. Every chunk costs CPU in three processes (replica, ingress, proxy). "
+        "0 always uses `stream_interval_ms`.",
+    )
+
+
+class AdmissionConfig(Strict):
+    """Load shedding at the ingress: refuse at once (503 + Retry-After) what would wait
+    longer than the budget for its first token (docs/reliability.md, "Overload")."""
+
+    ttft_budget_s: float = Field(
+        5.0,
+        gt=0,
+        description="The first-token wait admitted requests should meet. A new request is "
+        "refused while the oldest request waiting for a first token has waited longer "
+        "than `headroom` times it.",
+    )
+    headroom: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Admit while the oldest wait is under this share of the budget, "
+        "leaving room for requests that wait longer than the oldest one did.",
+    )
+    max_waiting: int = Field(
+        128,
+        gt=0,
+        description="Most requests one ingress replica admits while they wait for a first "
+        "token, whatever the estimate.",
+    )
+    retry_after_s: int = Field(1, ge=0, description="The Retry-After header of a 503.")
+
+
+class IngressConfig(DeploymentOptions):
+    """The HTTP front door."""
+
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+
+    max_ongoing_requests: int = Field(256, gt=0)
+    ray_actor_options: RayActorOptions = Field(
+        default_factory=lambda: RayActorOptions(num_cpus=0.0)
+    )
+    request_timeout_s: float = Field(
+        300.0, gt=0, description="Deadline for a whole request, prefill to last token."
+    )
+    max_body_bytes: int = Field(1 << 20, gt=0, description="Largest request body accepted.")
+    cpu_affinity: str | None = Field(
+        None,
+        pattern=CORE_LIST,
+        description="Cores the ingress replica's process is bound to, e.g. `4-7`, to keep "
+        "the HTTP front end off the engines' cores on a machine with cores to spare. None "
+        "leaves it to the OS, which measured better on 2 cores (docs/performance.md).",
+    )
+    api_key: str | None = Field(
+        None,
+        min_length=1,
+        description="Require `Authorization: Bearer <key>` on /v1/*. The environment "
+        "variable SPLITSERVE_API_KEY, when set in the ingress replica, overrides it. "
+        "/health stays open.",
+    )

@@ -1,0 +1,94 @@
+"""Where requests go and how calls travel: `router:`, `request_path:`, `migration:`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from app.config.base import Strict
+
+
+class RouterConfig(Strict):
+    """How requests are spread over replicas, and when to disaggregate at all."""
+
+    prefill_policy: Literal["prefix_affinity", "serve_default"] = Field(
+        "prefix_affinity",
+        description="Prefill pool (colocated: the only pool): `prefix_affinity` sends prompts "
+        "sharing a prefix to the same replica; `serve_default` is Serve's power-of-two choice.",
+    )
+    decode_policy: Literal["kv_capacity", "serve_default"] = Field(
+        "kv_capacity",
+        description="Decode pool: `kv_capacity` prefers the replica with the most free KV cache.",
+    )
+    prefix_block_tokens: int = Field(64, gt=0, description="Prefix hashing granularity, tokens.")
+    max_imbalance: int = Field(
+        4, ge=0, description="Queue-length gap beyond which load beats prefix affinity."
+    )
+    local_prefill_below_tokens: int = Field(
+        512,
+        ge=0,
+        description="Prompts shorter than this are prefilled on the decode replica (no "
+        "transfer); 0 disaggregates every request.",
+    )
+    max_prefill_backlog: int = Field(
+        16,
+        gt=0,
+        description="Prefills in flight from one ingress beyond which new requests are "
+        "prefilled on decode instead of waiting.",
+    )
+
+
+class RequestPathConfig(Strict):
+    """How calls travel between the app's replicas (Ray Serve settings; docs/performance.md)."""
+
+    grpc: bool = Field(
+        True,
+        description="Send the ingress's calls to the pools by value over Serve's gRPC "
+        "channel instead of as Ray actor calls. Calls that carry an object-store KV "
+        "reference always go as Ray calls, which keep the reference alive.",
+    )
+    replica_event_loop: bool = Field(
+        True,
+        description="Run each replica's code, and the ingress's routers, on Serve's own "
+        "event loop instead of a separate thread and loop "
+        "(RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0, "
+        "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0): fewer thread handoffs per call and per "
+        "streamed chunk.",
+    )
+
+    def replica_env(self) -> dict[str, str]:
+        """Environment variables every replica of the app starts with."""
+        if not self.replica_event_loop:
+            return {}
+        return {
+            "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
+            "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
+        }
+
+
+class MigrationConfig(Strict):
+    """Moving a stream whose decode replica died to another replica (docs/reliability.md)."""
+
+    enabled: bool = Field(
+        True,
+        description="When a decode replica or its engine dies mid-stream, or its stream "
+        "stalls, continue the request on a healthy replica: the prompt plus the tokens "
+        "already streamed become the new prompt, and the client sees one stream.",
+    )
+    max_migrations: int = Field(2, ge=0, description="Most migrations of one request.")
+    stall_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="A stream that sends nothing for this long after its first token is "
+        "taken as lost and migrated.",
+    )
+    resume_timeout_s: float = Field(
+        180.0,
+        gt=0,
+        description="How long a lost request waits for a live replica to take it (Serve "
+        "restarting the only replica, warm-up included); then the client gets the error.",
+    )
+    retry_interval_s: float = Field(
+        1.0, gt=0, description="Pause between sends of a lost request no replica took yet."
+    )

@@ -1,0 +1,79 @@
+"""How KV moves from the prefill pool to the decode pool: `transport:`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from app.config.base import Strict
+
+
+class TransportConfig(Strict):
+    """How KV moves from the prefill pool to the decode pool."""
+
+    kind: Literal["auto", "nixl", "object_store"] = Field(
+        "auto",
+        description="`nixl` (UCX/RDMA), `object_store` (Ray object store), or `auto`: NIXL "
+        "first, the object store when NIXL is missing or fails, local recompute last. "
+        "Every kind ends in recompute, so a failed transfer never fails a request.",
+    )
+    kv_buffer_device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="Where NIXL registers the KV buffers: `cpu` (host memory), `cuda`, or "
+        "`auto` (cuda when the engine runs on a GPU, else cpu).",
+    )
+    side_channel_host: str = Field(
+        "127.0.0.1",
+        min_length=1,
+        description="Address each engine's NIXL handshake listener binds and advertises. "
+        "`auto`: the address of the Ray node the replica runs on (what pools spread over "
+        "several machines need); `127.0.0.1` keeps a single machine's traffic on loopback.",
+    )
+    ucx_tls: str | None = Field(
+        None,
+        pattern=r"^\^?[a-z0-9_,]+$",
+        description="UCX transports NIXL may use (UCX_TLS), e.g. `tcp` to force the network "
+        "path between hosts, `rc,ud,sm,self` on RDMA fabrics; None lets UCX choose.",
+    )
+    prefill_queue_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Longest wait for a prefill replica to start a request's prefill "
+        "(Serve's queue: every replica busy, or none alive); then decode prefills it.",
+    )
+    prefill_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Longest a prefill may run once its replica started it; then the "
+        "next transport is tried.",
+    )
+    transfer_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Longest wait for decode's first token when it must pull KV, counted "
+        "from when the decode replica started the request (a hung transfer); then the "
+        "next transport is tried. Time in the decode pool's queue does not count, and "
+        "recompute has no such limit.",
+    )
+    kv_lease_s: int = Field(
+        30,
+        ge=6,
+        description="Lease on the KV blocks prefill holds for decode: freed when decode "
+        "confirms the pull, or when the lease runs out (decode renews it while it waits).",
+    )
+    nixl_progress_thread: bool = Field(
+        True,
+        description="Run NIXL's progress thread, which drives UCX in the background. "
+        "Transports whose target side must act need it (a READ over TCP is served by the "
+        "prefill engine's UCX worker): without it such a READ completes only while the "
+        "prefill engine steps, and can stall for good once it idles.",
+    )
+    nixl_progress_poll_ms: int = Field(
+        5,
+        ge=0,
+        le=1000,
+        description="Longest pause of NIXL's progress thread between polls; it wakes at "
+        "once when UCX has network events. 0 keeps NIXL's own setting, polling without "
+        "pause, which keeps one core busy per engine even when idle.",
+    )
