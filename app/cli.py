@@ -133,13 +133,10 @@ def cmd_advise(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 
 def cmd_profile(args: argparse.Namespace) -> dict[str, Any]:
-    import yaml
-
     from app.advice.profiler import measure
-    from app.config import AppConfig
+    from app.config import AppConfig, serve_file_args
 
-    (application,) = yaml.safe_load(Path(args.config).read_text())["applications"]
-    config = AppConfig.model_validate(application["args"])
+    config = AppConfig.model_validate(serve_file_args(args.config))
     profile = measure(config, repeats=args.repeats, steps=args.steps)
     profile.save(args.out)
     return {"written": args.out, "prefill": profile.prefill, "decode": profile.decode}

@@ -10,15 +10,12 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from app.config import serve_file_args
 from deployments.cluster_env import harness_ports, serve_cluster_env
 
 
 def config_args(path: str | Path) -> dict[str, Any]:
-    (application,) = yaml.safe_load(Path(path).read_text())["applications"]
-    args: dict[str, Any] = application["args"]
-    return args
+    return serve_file_args(path)
 
 
 def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from app.config.deployment import (
 from app.config.frontend import OpenAIConfig
 from app.config.model import ModelConfig
 from app.config.routing import MigrationConfig, RequestPathConfig, RouterConfig
+from app.config.serve_file import serve_file_args
 from app.config.transport import TransportConfig
 
 __all__ = [
@@ -35,4 +36,5 @@ __all__ = [
     "RequestPathConfig",
     "RouterConfig",
     "TransportConfig",
+    "serve_file_args",
 ]

@@ -1,19 +1,15 @@
 from pathlib import Path
 
 import pytest
-import yaml
 from pydantic import ValidationError
 
-from app.config import AppConfig, Mode
+from app.config import AppConfig, Mode, serve_file_args
 
 CONFIGS = sorted(Path(__file__).parents[2].joinpath("serve_configs").glob("*.yaml"))
 
 
 def _args(path: Path):
-    document = yaml.safe_load(path.read_text())
-    (application,) = document["applications"]
-    assert application["import_path"] == "deployments.builder:build_app"
-    return application["args"]
+    return serve_file_args(path)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
@@ -93,3 +89,14 @@ def test_executor_runs_the_model_in_the_engine_core_unless_parallel():
 def test_uni_executor_with_tensor_parallelism_is_refused():
     with pytest.raises(ValidationError, match=r"model\.executor 'uni'"):
         AppConfig.model_validate({"model": {"executor": "uni", "tensor_parallel_size": 2}})
+
+
+def test_a_serve_file_that_is_not_one_splitserve_app_is_refused(tmp_path):
+    two = tmp_path / "two.yaml"
+    two.write_text("applications:\n- {import_path: deployments.builder:build_app}\n- {}\n")
+    with pytest.raises(ValueError, match="exactly one application"):
+        serve_file_args(two)
+    other = tmp_path / "other.yaml"
+    other.write_text("applications:\n- {import_path: somewhere:else, args: {}}\n")
+    with pytest.raises(ValueError, match="import_path must be"):
+        serve_file_args(other)
