@@ -5,9 +5,11 @@ Two measures, per pool (prefill, decode, colocated, or a peer's engine):
 - ``busy_pct``: the share of wall time the pool's engines were stepping, from the app's
   own ``splitserve_engine_busy_seconds_total`` on its ``/metrics`` (mean per replica);
   only splitserve exports it, so peers have none;
-- ``cpu_pct``: CPU time of the pool's engine-core processes per wall second (% of one
-  core, summed over replicas). On these CPU-only machines the engine core is where the
-  model runs, so this is the compute the pool used; every system has it.
+- ``cpu_pct``: CPU time of the pool's engine processes (each engine core and the model
+  workers it spawned) per wall second (% of one core, summed over replicas). On these
+  CPU-only machines that is where the model runs, so this is the compute the pool used;
+  every system has it. With vLLM's ``mp`` executor it includes the engine core's polling
+  of its workers' queue, which is not model work.
 
 Ray's metrics agents export every ``metrics_report_interval_ms``: run the app with a
 short interval (``LocalApp(metrics_report_interval_ms=1000)``) and let :class:`PoolUsage`
@@ -29,39 +31,49 @@ from load_tests.process_usage import app_processes
 BUSY = "splitserve_engine_busy_seconds_total"
 
 
-def _pool_of_engine(process: psutil.Process) -> str | None:
-    """The pool an engine-core process serves, from its parent's title; None if not one."""
+_POOLS = (
+    ("Prefill", "prefill"),
+    ("Decode", "decode"),
+    ("Colocated", "colocated"),
+    ("vllm.entrypoints.openai.api_server", "vLLM engine"),
+)
+
+
+def _title(process: psutil.Process) -> str:
+    return " ".join(process.cmdline()) + " " + str(process.name())
+
+
+def _pool_of_engine(process: psutil.Process) -> tuple[str, bool] | None:
+    """(pool, whether it is an engine core) of a vLLM engine process (its engine core or a
+    model worker of it), from its nearest ancestor with a pool's title; None if not one."""
     try:
-        if "EngineCore" not in " ".join(process.cmdline()) + process.name():
+        title = _title(process)
+        if "EngineCore" not in title and "VLLM::Worker" not in title:
             return None
-        parent = process.parent()
-        title = " ".join(parent.cmdline()) if parent else ""
+        for ancestor in process.parents():
+            text = _title(ancestor)
+            for needle, pool in _POOLS:
+                if needle in text:
+                    return pool, "EngineCore" in title
     except psutil.Error:
         return None
-    for needle, pool in (
-        ("Prefill", "prefill"),
-        ("Decode", "decode"),
-        ("Colocated", "colocated"),
-        ("vllm.entrypoints.openai.api_server", "vLLM engine"),
-    ):
-        if needle in title:
-            return pool
-    return "engine"
+    return "engine", "EngineCore" in title
 
 
 def _engine_cpu() -> dict[str, tuple[float, int]]:
-    """Pool -> (CPU seconds of its engine cores so far, number of engine cores)."""
+    """Pool -> (CPU seconds of its engine processes so far, number of engine cores)."""
     found: dict[str, tuple[float, int]] = {}
     for process in app_processes():
-        pool = _pool_of_engine(process)
-        if pool is None:
+        engine = _pool_of_engine(process)
+        if engine is None:
             continue
+        pool, is_core = engine
         try:
             times = process.cpu_times()
         except psutil.Error:
             continue
         seconds, count = found.get(pool, (0.0, 0))
-        found[pool] = (seconds + times.user + times.system, count + 1)
+        found[pool] = (seconds + times.user + times.system, count + int(is_core))
     return found
 
 
