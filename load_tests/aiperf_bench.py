@@ -7,7 +7,8 @@ generator, on the same workload and SLO (``make bench-aiperf``).
 AIPerf runs from its own environment (``make bench-aiperf`` makes ``.venv-aiperf``; its
 pins would change vLLM's and Ray's). For each system, one app start, then:
 
-1. AIPerf: ``--request-rate`` Poisson arrivals of ``--requests`` streamed completions,
+1. AIPerf, twice (polling ``/metrics``, its default, then not): ``--request-rate``
+   Poisson arrivals of ``--requests`` streamed completions,
    ``--isl`` tokens in (synthetic text, stddev 0) and ``--osl`` out (``ignore_eos``),
    output counted by the server's usage, goodput at the SLO (TTFT and inter-token
    latency, AIPerf's per-request mean gap after the first token: TPOT here). AIPerf also
@@ -42,7 +43,9 @@ SYSTEM_NAMES = ("splitserve disaggregated", "splitserve colocated", "vLLM OpenAI
 TTFT, ITL = "time_to_first_token", "inter_token_latency"
 
 
-def aiperf_command(aiperf: str, url: str, args: argparse.Namespace, artifacts: Path) -> list[str]:
+def aiperf_command(
+    aiperf: str, url: str, args: argparse.Namespace, artifacts: Path, server_metrics: bool = True
+) -> list[str]:
     return [
         aiperf,
         "profile",
@@ -66,6 +69,7 @@ def aiperf_command(aiperf: str, url: str, args: argparse.Namespace, artifacts: P
         "--output-artifact-dir", str(artifacts),
         "--ui-type", "none",
         "--no-gpu-telemetry",
+        *([] if server_metrics else ["--no-server-metrics"]),
     ]  # fmt: skip
 
 
@@ -102,7 +106,7 @@ def aiperf_row(artifacts: Path) -> dict[str, Any]:
         for name in (
             "vllm:num_requests_running",
             "vllm:kv_cache_usage_perc",
-            "splitserve_engine_busy_seconds_total",
+            "splitserve_engine_busy_seconds",  # AIPerf names counters without _total
             'pool"',
         )
     }
@@ -131,12 +135,15 @@ def print_table(rows: dict[str, dict[str, Any]]) -> None:
     print(f"{'system':<28}{'client':>9}{'TTFT p50':>10}{'TTFT p99':>10}"
           f"{'TPOT p50':>10}{'req/s':>8}{'good/s':>8}")  # fmt: skip
     for system, row in rows.items():
-        a, ours = row["aiperf"], row["loadgen"]
-        print(
-            f"{system:<28}{'AIPerf':>9}{a[TTFT].get('p50', 0):>10.1f}{a[TTFT].get('p99', 0):>10.1f}"
-            f"{a[ITL].get('p50', 0):>10.2f}{a['request_throughput'].get('avg', 0):>8.2f}"
-            f"{a['goodput'].get('avg', 0):>8.2f}"
-        )
+        for label, client in (("aiperf", "AIPerf"), ("aiperf_no_server_metrics", "AIPerf-")):
+            a = row[label]
+            print(
+                f"{system:<28}{client:>9}{a[TTFT].get('p50', 0):>10.1f}"
+                f"{a[TTFT].get('p99', 0):>10.1f}{a[ITL].get('p50', 0):>10.2f}"
+                f"{a['request_throughput'].get('avg', 0):>8.2f}{a['goodput'].get('avg', 0):>8.2f}"
+            )
+            system = ""
+        ours = row["loadgen"]
         print(
             f"{'':<28}{'loadgen':>9}{ours['ttft_ms']['p50']:>10.1f}{ours['ttft_ms']['p99']:>10.1f}"
             f"{ours['tpot_ms']['p50']:>10.2f}{ours['request_per_s']:>8.2f}"
@@ -164,13 +171,17 @@ def main() -> None:
         artifacts = out.parent / "aiperf" / name.replace(" ", "_")
         with SYSTEMS[name]() as url:
             asyncio.run(_warm_up(url))
-            command = aiperf_command(args.aiperf, url, args, artifacts)
-            run = subprocess.run(command, capture_output=True, text=True, check=False)
-            if run.returncode != 0:
-                raise SystemExit(
-                    f"AIPerf failed on {name} ({run.returncode}):\n{run.stderr[-4000:]}"
-                )
-            rows[name] = {"aiperf": aiperf_row(artifacts), "loadgen": loadgen_row(url, args)}
+            rows[name] = {}
+            # AIPerf twice, with and without polling /metrics (its default is on), then
+            # the project's client: the differences between them are measured, not guessed.
+            for label, metrics in (("aiperf", True), ("aiperf_no_server_metrics", False)):
+                command = aiperf_command(args.aiperf, url, args, artifacts / label, metrics)
+                run = subprocess.run(command, capture_output=True, text=True, check=False)
+                if run.returncode != 0:
+                    tail = run.stderr[-4000:]
+                    raise SystemExit(f"AIPerf failed on {name} ({run.returncode}):\n{tail}")
+                rows[name][label] = aiperf_row(artifacts / label)
+            rows[name]["loadgen"] = loadgen_row(url, args)
         conditions = {**vars(args), **machine(), "aiperf_command": command}
         out.write_text(json.dumps({"conditions": conditions, "rows": rows}, indent=2))
         print(f"{name}: done", flush=True)

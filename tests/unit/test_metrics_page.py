@@ -86,3 +86,23 @@ def test_other_applications_series_are_left_out():
 
 def test_nothing_exported_renders_an_empty_page():
     assert render([""], "splitserve").strip() == ""
+
+
+async def test_scrapes_close_together_share_one_read_of_the_agents():
+    import asyncio
+
+    from deployments.metrics_export import RayMetricsExport
+
+    reads = []
+
+    async def read() -> str:
+        reads.append(1)
+        await asyncio.sleep(0.01)
+        return f"page {len(reads)}\n"
+
+    export = RayMetricsExport("splitserve", max_age_s=60)
+    export._read = read  # type: ignore[method-assign]
+    pages = await asyncio.gather(*(export.page() for _ in range(5)))
+    assert pages == ["page 1\n"] * 5 and len(reads) == 1
+    export.max_age_s = 0
+    assert await export.page() == "page 2\n"
