@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -196,6 +197,17 @@ class EngineServer:
         self.streams += 1
         try:
             yield Started(self.engine_id)
+            if kv is not None and request.kv_expires_at and time.time() > request.kv_expires_at:
+                # Prefill's lease on the blocks has run out: they may be freed and reused,
+                # and reading them would give wrong KV without any error.
+                late = time.time() - request.kv_expires_at
+                failure = TransferFailure(
+                    FailureKind.KV_EXPIRED,
+                    f"the decode replica started the request {late:.1f} s after prefill's "
+                    "lease on its KV blocks ran out",
+                )
+                yield TokenChunk("", [], transfer_failed=failure)
+                return
             if request.kv_object is not None:
                 path = object_store.new_payload_path("decode")
                 try:

@@ -213,6 +213,7 @@ class Orchestrator:
                     kv_transfer_params=result.kv_transfer_params,
                     kv_object=result.kv_object,
                     kv_num_tokens=result.num_prompt_tokens,
+                    kv_expires_at=self._kv_expiry() if result.kv_transfer_params else None,
                 )
                 report.transfer_s = result.publish_s
             stream = self.decode.generate(attempt)
@@ -334,6 +335,11 @@ class Orchestrator:
         finally:
             self.prefills_in_flight -= 1
             await stream.aclose()  # type: ignore[attr-defined]
+
+    def _kv_expiry(self) -> float:
+        """When prefill may free NIXL blocks it just kept (its lease; a margin for clocks)."""
+        lease = self.timeouts.kv_lease_s
+        return time.time() + lease - min(2.0, lease / 4)
 
     def _record(self, report: TransferReport) -> None:
         if self.on_transfer is None:

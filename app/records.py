@@ -34,6 +34,9 @@ class GenerateRequest:
     kv_transfer_params: dict[str, Any] | None = None
     kv_object: Any = None
     kv_num_tokens: int = 0
+    # Unix time after which prefill may have freed the NIXL blocks (its lease, less a
+    # margin): a decode replica that starts the request later must not read them.
+    kv_expires_at: float | None = None
     # Why this request must be prefilled on decode whatever its length (it needs the
     # prompt's logprobs, or it is a parallel sample whose prompt decode has cached).
     local_prefill_reason: str | None = None

@@ -34,12 +34,15 @@ from tests.integration.helpers import complete, random_prompt
 
 TOKENS = 200
 KILL_AFTER = 20
-BODY = {"temperature": 0, "max_tokens": TOKENS, "ignore_eos": True}
+BODY = {"temperature": 0, "max_tokens": TOKENS, "ignore_eos": True, "return_token_ids": True}
 
 
-def _reference(apps: Any, http: Any, prompt: list[int]) -> str:
-    text: str = complete(http, apps.colocated, {**BODY, "prompt": prompt})["choices"][0]["text"]
-    return text
+def _reference(apps: Any, http: Any, prompt: list[int]) -> dict[str, Any]:
+    """The uninterrupted run on the same app (its text and token ids)."""
+    choice: dict[str, Any] = complete(http, apps.disaggregated, {**BODY, "prompt": prompt})[
+        "choices"
+    ][0]
+    return choice
 
 
 def _stream_with_a_kill(base: str, prompt: list[int], kill: Callable[[], None]) -> list[Any]:
@@ -81,10 +84,12 @@ def _decode_replica_actor() -> Any:
     return ray.get_actor(names[0], namespace="serve")
 
 
-def _check(apps: Any, http: Any, events: list[Any], prompt: list[int], cause: str) -> None:
+def _check(events: list[Any], reference: dict[str, Any], prompt: list[int], cause: str) -> None:
     assert not [e for e in events if "error" in e], [e for e in events if "error" in e]
-    text = "".join(c["text"] for e in events for c in e.get("choices", []))
-    assert text == _reference(apps, http, prompt)
+    choices = [c for e in events for c in e.get("choices", [])]
+    tokens = [t for c in choices for t in c.get("token_ids") or []]
+    assert tokens == reference["token_ids"]  # token for token
+    assert "".join(c["text"] for c in choices) == reference["text"]
     final = events[-1]
     assert final["usage"]["completion_tokens"] == TOKENS
     assert final["usage"]["prompt_tokens"] == len(prompt)
@@ -103,13 +108,14 @@ def _no_leak(pids: list[int]) -> None:
 @pytest.mark.kills_replica
 def test_a_stream_outlives_its_decode_replica(apps, http):
     prompt = random_prompt(8100, 300)  # prefilled remotely, its KV moved over NIXL
+    reference = _reference(apps, http, prompt)
     pids = [int(p) for p in call("Decode", "process_info")["children"]]
     replica = _decode_replica_actor()
     started = time.monotonic()
     events = _stream_with_a_kill(
         apps.disaggregated, prompt, lambda: ray.kill(replica, no_restart=True)
     )
-    _check(apps, http, events, prompt, "replica_died")
+    _check(events, reference, prompt, "replica_died")
     assert time.monotonic() - started < 300
     _no_leak(pids)
 
@@ -117,6 +123,7 @@ def test_a_stream_outlives_its_decode_replica(apps, http):
 @pytest.mark.kills_replica
 def test_a_stream_outlives_its_decode_engine(apps, http):
     prompt = random_prompt(8200, 300)
+    reference = _reference(apps, http, prompt)
     info = call("Decode", "process_info")
     engines = [
         pid
@@ -127,5 +134,5 @@ def test_a_stream_outlives_its_decode_engine(apps, http):
     events = _stream_with_a_kill(
         apps.disaggregated, prompt, lambda: os.kill(engines[0], signal.SIGKILL)
     )
-    _check(apps, http, events, prompt, "engine_died")
+    _check(events, reference, prompt, "engine_died")
     _no_leak([int(p) for p in info["children"]])
