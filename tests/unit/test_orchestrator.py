@@ -105,7 +105,9 @@ async def test_happy_path_uses_nixl_once():
     assert prefill.calls == [("r1", NX)]  # no object-store save on the happy path
     assert decode.generated[0].kv_transfer_params == {"remote_block_ids": [[7]]}
     # The blocks' lease (30 s by default) less a margin: a later decode start must not read.
-    expires_in = decode.generated[0].kv_expires_at - time.time()
+    expires_at = decode.generated[0].kv_expires_at
+    assert expires_at is not None
+    expires_in = expires_at - time.time()
     assert 27 < expires_in <= 28
     assert timings.transfer.transport is NX and not timings.transfer.fallbacks
     # NIXL's read, as the decode engine's connector reported it on the last chunk
