@@ -53,8 +53,6 @@ _STAT_PREFIXES = (
     "vllm:kv_cache_usage_perc",
     "vllm:request_success",
 )
-# Wall seconds this engine had running requests (app.engine_metrics), in `stats()`.
-BUSY_SECONDS = "splitserve:engine_busy_seconds"
 
 
 class EngineServer:
@@ -197,10 +195,10 @@ class EngineServer:
         self.streams += 1
         try:
             yield Started(self.engine_id)
-            if kv is not None and request.kv_expires_at and time.time() > request.kv_expires_at:
+            late = time.time() - (request.kv_expires_at or float("inf"))
+            if kv is not None and late > 0:
                 # Prefill's lease on the blocks has run out: they may be freed and reused,
                 # and reading them would give wrong KV without any error.
-                late = time.time() - request.kv_expires_at
                 failure = TransferFailure(
                     FailureKind.KV_EXPIRED,
                     f"the decode replica started the request {late:.1f} s after prefill's "
@@ -289,7 +287,6 @@ class EngineServer:
                 if sample.name.endswith("_created") or sample.name.endswith("_bucket"):
                     continue
                 counters[sample.name] = counters.get(sample.name, 0.0) + sample.value
-        counters[BUSY_SECONDS] = self.busy.seconds
         return EngineStats(role=self.role, engine_id=self.engine_id, counters=counters)
 
     async def all_blocks_free(self) -> bool:

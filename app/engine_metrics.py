@@ -123,8 +123,8 @@ def pool_stat_logger(pool: str, clock: BusyClock, application: str = "") -> type
 
     busy = metrics.Counter(
         "splitserve_engine_busy_seconds",
-        description="Wall seconds the engine had a running request (stepping); its rate "
-        "is the engine's utilization.",
+        description="Wall seconds the engine was stepping (from a request's arrival at an "
+        "idle engine, and while any request runs); its rate is the engine's utilization.",
         tag_keys=("pool", "application", "ReplicaId"),
     )
 
