@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
+from app.answer_text import VllmAnswerText
 from app.deadline import Deadline
 from app.errors import describe_failure
+from app.migration import AnswerText
 from app.orchestrator import Orchestrator, PoolBusy, RequestTimings
 from app.records import GenerateRequest, TokenChunk
 
@@ -169,7 +171,7 @@ class PoolEngineClient:
         # vLLM's own input checks (token ids in vocabulary, lengths, sampling and
         # structured-output parameters), here rather than on an engine: a bad request
         # is a 400 before any pool is called.
-        self.input_processor.process_inputs(
+        engine_request = self.input_processor.process_inputs(
             request_id, prompt, sampling_params, supported_tasks=("generate",)
         )
         # The prompt's text, as vLLM's engine reports it (else the serving class works
@@ -177,8 +179,14 @@ class PoolEngineClient:
         text = extract_prompt_components(self.model_config, prompt).text
         n = sampling_params.n or 1
         first_token = asyncio.Event()
+        tokenizer = self.input_processor.tokenizer if sampling_params.detokenize else None
+
+        def answer_text() -> AnswerText:  # after a migration (app.migration)
+            return VllmAnswerText(tokenizer, engine_request)
+
         streams = [
-            self._sample(ids, sampling_params, request_id, k, n, first_token) for k in range(n)
+            self._sample(ids, sampling_params, request_id, k, n, first_token, answer_text)
+            for k in range(n)
         ]
         samples = [_Sample(k) for k in range(n)]
         kind = sampling_params.output_kind
@@ -230,6 +238,7 @@ class PoolEngineClient:
         index: int,
         n: int,
         first_token: asyncio.Event,
+        answer_text: Callable[[], AnswerText],
     ) -> AsyncGenerator[TokenChunk, None]:
         """One sample's chunks; samples after the first wait for its first token."""
         params = sampling_params.clone()
@@ -252,7 +261,7 @@ class PoolEngineClient:
             sampling_params=params,
             local_prefill_reason=local_reason,
         )
-        async for chunk in self.orchestrator.run(request, timings):
+        async for chunk in self.orchestrator.run(request, timings, answer_text):
             if not first_token.is_set():
                 first_token.set()
                 if scope is not None and scope.on_first_token is not None:

@@ -8,7 +8,10 @@ wherever the router decides. The client sees one stream: no token repeated or lo
 usage counts the whole answer (the ingress keeps the original prompt).
 
 What carries over exactly: greedy decoding (the same tokens as an uninterrupted run),
-stop conditions, logprobs of the new tokens. What does not: a seeded sample's random
+stop conditions, logprobs of the new tokens, and the text: after a move, the text is
+worked out at the ingress from every token of the answer (an :class:`AnswerText`), so a
+character whose bytes span the cut, or a stop string that does, comes out as in an
+uninterrupted run. What does not: a seeded sample's random
 stream restarts from its seed at the continuation, so seeded sampling is reproducible
 only without migration; presence and frequency penalties see the streamed tokens as
 prompt (they count output tokens only); ``cumulative_logprob`` continues (the orchestrator
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -81,6 +85,34 @@ def continuation(request: GenerateRequest, sent: list[int], number: int) -> Gene
     )
 
 
+class AnswerText(ABC):
+    """The text of one answer, detokenized from its token ids as the engine would.
+
+    Contract: :meth:`add` takes the answer's tokens in order, from the first, and returns
+    the stop string they complete (else ``None``); after it, ``tokens`` is the answer's
+    token ids (cut after a stop string's last token), and ``text`` its text, cut before a
+    matched stop string unless the request includes it. ``held_back`` is how many
+    characters at the end of ``text`` an unfinished stream must not send yet (a stop
+    string may be forming there).
+    """
+
+    @property
+    @abstractmethod
+    def tokens(self) -> list[int]: ...
+
+    @property
+    @abstractmethod
+    def text(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def held_back(self) -> int: ...
+
+    @abstractmethod
+    def add(self, token_ids: list[int], stop_terminated: bool) -> str | None:
+        """Append tokens; ``stop_terminated``: the last one is an engine stop (EOS)."""
+
+
 Serve = Callable[[GenerateRequest], AsyncIterator[TokenChunk]]
 
 
@@ -90,6 +122,7 @@ async def resumable(
     config: MigrationConfig,
     on_migration: Callable[[Migration], None],
     engine_id: Callable[[], str] = lambda: "",
+    answer_text: Callable[[], AnswerText] | None = None,
 ) -> AsyncIterator[TokenChunk]:
     """``serve(request)``'s chunks; a lost stream continues through ``serve`` again.
 
@@ -98,8 +131,13 @@ async def resumable(
     current stream produced anything (the request reached a dead replica, or nothing
     live has taken it yet) is retried every ``retry_interval_s`` for up to
     ``resume_timeout_s``; then the loss is raised. Other failures are raised as they are.
+
+    After a migration, chunks carry text from ``answer_text`` (fed every token sent),
+    not the continuation's engine, whose detokenizer starts at the cut.
     """
     sent: list[int] = []
+    chars_sent = 0
+    mended: AnswerText | None = None
     lost_logprob = 0.0  # cumulative logprob of the streams lost so far
     migrations = 0
     tries = 0
@@ -121,8 +159,14 @@ async def resumable(
                     stream_logprob = chunk.cumulative_logprob
                     if lost_logprob:
                         chunk = replace(chunk, cumulative_logprob=lost_logprob + stream_logprob)
+                if mended is not None:
+                    chunk, chars_sent = _mend(chunk, mended, chars_sent)
+                else:
+                    chars_sent += len(chunk.text)
                 sent.extend(chunk.token_ids)
                 yield chunk
+                if mended is not None and chunk.finish_reason is not None:
+                    return  # a stop string found at the ingress ends the continuation
         except ReplicaLost as lost:
             if not config.enabled:
                 raise
@@ -141,6 +185,9 @@ async def resumable(
                     config.max_migrations,
                 )
                 on_migration(migration)
+                if mended is None and answer_text is not None:
+                    mended = answer_text()
+                    mended.add(list(sent), stop_terminated=False)
             else:
                 now = time.monotonic()
                 give_up_at = give_up_at or now + config.resume_timeout_s
@@ -152,13 +199,31 @@ async def resumable(
         tries += 1
         max_tokens = request.sampling_params.max_tokens
         if max_tokens is not None and len(sent) >= max_tokens:
-            yield TokenChunk("", [], finish_reason="length")  # lost with only its end to send
+            # Lost with only its end to send (and any text held back for stop strings).
+            yield TokenChunk(mended.text[chars_sent:] if mended else "", [], finish_reason="length")
             return
         current = (
             continuation(request, sent, tries)
             if sent
             else replace(request, request_id=f"{request.request_id}.r{tries}")
         )
+
+
+def _mend(chunk: TokenChunk, answer: AnswerText, chars_sent: int) -> tuple[TokenChunk, int]:
+    """``chunk`` with the answer's next text, ended where a stop string spanning the cut
+    ends it; and the count of characters sent with it."""
+    engine_stop = chunk.finish_reason == "stop" and not isinstance(chunk.stop_reason, str)
+    before = len(answer.tokens)
+    stop = answer.add(chunk.token_ids, stop_terminated=engine_stop)
+    if stop is not None:
+        kept = answer.tokens[before:]
+        logprobs = None if chunk.logprobs is None else list(chunk.logprobs)[: len(kept)]
+        chunk = replace(
+            chunk, token_ids=kept, logprobs=logprobs, finish_reason="stop", stop_reason=stop
+        )
+    end = len(answer.text) - (0 if chunk.finish_reason is not None else answer.held_back)
+    text = answer.text[chars_sent:end] if end > chars_sent else ""
+    return replace(chunk, text=text), max(chars_sent, end)
 
 
 async def _next(chunks: AsyncIterator[TokenChunk], stall_timeout_s: float | None) -> TokenChunk:

@@ -23,7 +23,7 @@ from app.config import MigrationConfig, Mode, TransportConfig
 from app.errors import describe_failure
 from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Attempt, TransferReport, Transport
-from app.migration import Migration, resumable
+from app.migration import AnswerText, Migration, resumable
 from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from app.routing.disaggregation import decide
 
@@ -127,11 +127,15 @@ class Orchestrator:
         self.prefills_in_flight = 0
 
     async def run(
-        self, request: GenerateRequest, timings: RequestTimings | None = None
+        self,
+        request: GenerateRequest,
+        timings: RequestTimings | None = None,
+        answer_text: Callable[[], AnswerText] | None = None,
     ) -> AsyncIterator[TokenChunk]:
         """Stream ``request``'s tokens; in disaggregated mode, move its KV by the plan.
 
-        A stream whose decode replica is lost continues on another (:mod:`app.migration`).
+        A stream whose decode replica is lost continues on another (:mod:`app.migration`);
+        after such a move its text comes from ``answer_text``, when given.
         """
         timings = timings or RequestTimings()
         started = time.perf_counter()
@@ -144,7 +148,12 @@ class Orchestrator:
             return self._disaggregated(current, timings)
 
         chunks = resumable(
-            serve, request, self.migration, timings.migrations.append, lambda: timings.decode_engine
+            serve,
+            request,
+            self.migration,
+            timings.migrations.append,
+            lambda: timings.decode_engine,
+            answer_text,
         )
         last = 0.0
         try:
