@@ -56,6 +56,14 @@ class DeploymentOptions(Strict):
         "more are refused (503). -1: no bound.",
     )
     ray_actor_options: RayActorOptions = Field(default_factory=RayActorOptions)
+    graceful_shutdown_timeout_s: float | None = Field(
+        None,
+        ge=0,
+        description="How long a stopping replica (a redeploy, a scale-down) keeps serving "
+        "its ongoing requests before it is killed. Pools: Serve's 20 s by default; decode "
+        "streams still running then move to another replica (`migration:`). Ingress: "
+        "`request_timeout_s` by default, so no client stream is cut.",
+    )
 
     @model_validator(mode="after")
     def _one_scaling_mode(self) -> DeploymentOptions:
@@ -70,6 +78,8 @@ class DeploymentOptions(Strict):
             "max_queued_requests": self.max_queued_requests,
             "ray_actor_options": self.ray_actor_options.model_dump(exclude_none=True),
         }
+        if self.graceful_shutdown_timeout_s is not None:
+            options["graceful_shutdown_timeout_s"] = self.graceful_shutdown_timeout_s
         if self.autoscaling_config is not None:
             options["autoscaling_config"] = self.autoscaling_config.model_dump(exclude_none=True)
         else:
@@ -153,6 +163,13 @@ class IngressConfig(DeploymentOptions):
         300.0, gt=0, description="Deadline for a whole request, prefill to last token."
     )
     max_body_bytes: int = Field(1 << 20, gt=0, description="Largest request body accepted.")
+
+    def to_serve_options(self) -> dict[str, Any]:
+        options = super().to_serve_options()
+        # A stopping ingress holds its clients' streams: let them run to their deadline.
+        options.setdefault("graceful_shutdown_timeout_s", self.request_timeout_s)
+        return options
+
     cpu_affinity: str | None = Field(
         None,
         pattern=CORE_LIST,

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import psutil
+import ray
 from ray import serve
+
+from load_tests.stream_bench import sse_lines_sync
 
 APP = "splitserve"
 
@@ -97,3 +103,97 @@ def wait_processes_gone(pids: list[int], timeout_s: float = 60.0) -> None:
         )
 
     wait_until(gone, timeout_s, f"engine processes {pids} to exit with their replica")
+
+
+# --- a stream whose decode replica or engine dies (request migration) ---
+
+TOKENS = 200
+KILL_AFTER = 20
+BODY = {"temperature": 0, "max_tokens": TOKENS, "ignore_eos": True, "return_token_ids": True}
+
+
+def reference_run(http: Any, base: str, prompt: list[int]) -> dict[str, Any]:
+    """The uninterrupted run on the same app (its text and token ids)."""
+    response = http.post(f"{base}/v1/completions", json={**BODY, "prompt": prompt})
+    assert response.status_code == 200, response.text
+    choice: dict[str, Any] = response.json()["choices"][0]
+    return choice
+
+
+def stream_with_a_kill(base: str, prompt: list[int], kill: Callable[[], None]) -> list[Any]:
+    """Stream the completion; call ``kill`` once the client holds ``KILL_AFTER`` tokens."""
+    body = {
+        **BODY,
+        "prompt": prompt,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    events: list[Any] = []
+    killed = False
+    with (
+        httpx.Client(timeout=600) as client,
+        client.stream("POST", f"{base}/v1/completions", json=body) as response,
+    ):
+        assert response.status_code == 200
+        for line in sse_lines_sync(response):
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[len("data: ") :])
+            events.append(event)
+            usage = event.get("usage") or {}
+            if not killed and usage.get("completion_tokens", 0) >= KILL_AFTER:
+                kill()
+                killed = True
+    assert killed, "the stream ended before the kill"
+    return events
+
+
+def _decode_replica_names() -> list[str]:
+    """Serve names a replica's actor ``SERVE_REPLICA::<app>#<deployment>#<id>``."""
+    return [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith(f"SERVE_REPLICA::{APP}#Decode#")
+    ]
+
+
+def decode_replica_actor() -> Any:
+    """The Decode replica's actor handle (Serve names it ``SERVE_REPLICA::<app>#Decode#<id>``)."""
+    names = _decode_replica_names()
+    assert len(names) == 1, names
+    return ray.get_actor(names[0], namespace="serve")
+
+
+def serving_decode_replica() -> Any:
+    """The actor of the Decode replica that has a request ongoing (Serve's own count)."""
+    busy: list[Any] = []
+    for name in _decode_replica_names():
+        actor = ray.get_actor(name, namespace="serve")
+        if int(ray.get(actor.get_num_ongoing_requests.remote())) > 0:
+            busy.append(actor)
+    assert len(busy) == 1, f"{len(busy)} decode replicas have a request ongoing"
+    return busy[0]
+
+
+def check_migrated(
+    events: list[Any], reference: dict[str, Any], prompt: list[int], cause: str
+) -> None:
+    """The stream moved once for ``cause`` and the client got the uninterrupted answer."""
+    assert not [e for e in events if "error" in e], [e for e in events if "error" in e]
+    choices = [c for e in events for c in e.get("choices", [])]
+    tokens = [t for c in choices for t in c.get("token_ids") or []]
+    assert tokens == reference["token_ids"]  # token for token
+    # The text too: after the move the ingress detokenizes the whole answer, so even a
+    # character whose bytes span the cut is whole.
+    text = "".join(c["text"] for c in choices)
+    assert text == reference["text"], (
+        events[-1].get("splitserve"),
+        len(text),
+        len(reference["text"]),
+    )
+    final = events[-1]
+    assert final["usage"]["completion_tokens"] == TOKENS
+    assert final["usage"]["prompt_tokens"] == len(prompt)
+    [migration] = final["splitserve"]["migrations"]
+    assert migration["cause"] == cause, migration
+    assert migration["tokens_sent"] >= KILL_AFTER

@@ -1,0 +1,156 @@
+"""Streams survive replica changes: a decode replica killed with another one live, and a
+rolling redeploy of the whole app under a steady load of streams.
+
+Runs in its own pytest session (its own Ray cluster; `make test` runs it before the main
+suite): it needs a third engine, which the apps of tests/integration leave no room for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+import ray
+from ray import serve
+
+from deployments.builder import build_app
+from load_tests.local_app import LocalApp, config_args, merge
+from load_tests.stream_bench import sse_lines
+from tests.integration.faults import (
+    assert_no_kv_held,
+    check_migrated,
+    reference_run,
+    serving_decode_replica,
+    stream_with_a_kill,
+    wait_until,
+)
+from tests.integration.helpers import random_prompt
+
+pytestmark = pytest.mark.integration
+
+CONFIG = "serve_configs/default.yaml"
+# Two decode replicas (each bound to core 1; three engines on two cores is slow but
+# correct), one prefill replica; Ray gets a logical CPU per engine.
+TWO_DECODE: dict[str, Any] = {"decode": {"num_replicas": 2}}
+
+
+@pytest.fixture(scope="module")
+def app() -> Iterator[LocalApp]:
+    with LocalApp(CONFIG, num_cpus=3, overrides=TWO_DECODE) as local:
+        yield local
+
+
+def running(deployment: str) -> int:
+    states: Any = serve.status().applications["splitserve"].deployments[deployment].replica_states
+    return int(states.get("RUNNING", 0))
+
+
+def test_a_stream_moves_to_the_other_live_decode_replica(app):
+    assert running("Decode") == 2
+    prompt = random_prompt(8300, 300)
+    with httpx.Client(timeout=600) as http:
+        reference = reference_run(http, app.url, prompt)
+    events = stream_with_a_kill(
+        app.url, prompt, lambda: ray.kill(serving_decode_replica(), no_restart=True)
+    )
+    check_migrated(events, reference, prompt, "replica_died")
+    field = events[-1]["splitserve"]
+    [migration] = field["migrations"]
+    # The continuation ran on the other replica's engine, not on a restarted one.
+    assert field["decode_engine"] != migration["from_engine"], field
+    wait_until(lambda: running("Decode") == 2, 240, "Serve to replace the killed replica")
+    assert_no_kv_held("Prefill", "Decode")
+
+
+@dataclass
+class Load:
+    """Closed-loop streaming clients; every outcome other than a whole answer is a failure."""
+
+    url: str
+    clients: int = 3
+    done: int = 0
+    migrated: int = 0
+    failures: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    async def client(self, seed: int) -> None:
+        rng = random.Random(seed)
+        async with httpx.AsyncClient(timeout=600) as http:
+            while not self.stop.is_set():
+                # Short prompts are prefilled on decode, long ones remotely (NIXL).
+                length = rng.choice([40, 700])
+                body = {
+                    "prompt": [rng.randrange(3, 1000) for _ in range(length)],
+                    "max_tokens": 150,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
+                await self.one(http, body)
+
+    async def one(self, http: httpx.AsyncClient, body: dict[str, Any]) -> None:
+        try:
+            async with http.stream("POST", f"{self.url}/v1/completions", json=body) as response:
+                if response.status_code != 200:
+                    self.failures.append(f"{response.status_code}: {await response.aread()!r}")
+                    return
+                events = [
+                    json.loads(line[6:])
+                    async for line in sse_lines(response)
+                    if line.startswith("data: ") and line != "data: [DONE]"
+                ]
+        except httpx.HTTPError as exc:
+            self.failures.append(f"{type(exc).__name__}: {exc}")
+            return
+        errors = [e for e in events if "error" in e]
+        usage = (events[-1].get("usage") or {}) if events else {}
+        if errors or usage.get("completion_tokens") != body["max_tokens"]:
+            self.failures.append(f"errors {errors}, usage {usage}")
+            return
+        self.done += 1
+        self.migrated += bool((events[-1].get("splitserve") or {}).get("migrations"))
+
+    def run(self) -> None:
+        async def main() -> None:
+            await asyncio.gather(*(self.client(i) for i in range(self.clients)))
+
+        asyncio.run(main())
+
+
+def test_a_rolling_redeploy_under_load_fails_no_stream(app):
+    # Through Serve's proxy: with direct ingress a new ingress replica serves on another
+    # port, which a load balancer in front would follow (docs/reliability.md).
+    load = Load(app.proxy_url)
+    thread = threading.Thread(target=load.run)
+    thread.start()
+    try:
+        wait_until(lambda: load.done >= 3 or bool(load.failures), 300, "the load to run")
+        before = load.done
+        # A changed config is a new version of every deployment: Serve replaces each
+        # replica while the old ones drain (decode streams still running past the grace
+        # period migrate to a new replica).
+        upgraded = merge(
+            config_args(CONFIG),
+            {**TWO_DECODE, "decode": {"num_replicas": 2, "stream_interval_ms": 40}},
+        )
+        started = time.monotonic()
+        serve.run(build_app(upgraded), name=app.name, route_prefix="/")
+        rolled_s = time.monotonic() - started
+        # The new version serves too.
+        after = load.done
+        wait_until(lambda: load.done >= after + 3, 300, "the new replicas to serve")
+    finally:
+        load.stop.set()
+        thread.join(timeout=600)
+    assert not load.failures, load.failures
+    assert load.done > before, (before, load.done, rolled_s)
+    assert_no_kv_held("Prefill", "Decode")
