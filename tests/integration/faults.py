@@ -169,7 +169,8 @@ def serving_decode_replica() -> Any:
     busy: list[Any] = []
     for name in _decode_replica_names():
         actor = ray.get_actor(name, namespace="serve")
-        if int(ray.get(actor.get_num_ongoing_requests.remote())) > 0:
+        ongoing: Any = ray.get(actor.get_num_ongoing_requests.remote())
+        if ongoing > 0:
             busy.append(actor)
     assert len(busy) == 1, f"{len(busy)} decode replicas have a request ongoing"
     return busy[0]

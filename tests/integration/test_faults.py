@@ -107,15 +107,25 @@ class KillAfterPrefill(PoolClient):
 
 
 @pytest.mark.kills_replica
-async def test_prefill_killed_before_decode_pulls(apps, http):
-    """NIXL finds its peer gone, the object store finds no prefill replica: recompute."""
-    prompt = random_prompt(5303, 280)
+@pytest.mark.parametrize(
+    ("kind", "seed", "first_failure"),
+    [
+        # NIXL finds its peer gone; the object store then finds no prefill replica.
+        ("auto", 5303, "nixl"),
+        # The KV object's owner (the prefill replica) is gone before decode gets it.
+        ("object_store", 5305, "object_store"),
+    ],
+)
+async def test_prefill_killed_before_decode_pulls(apps, http, kind, seed, first_failure):
+    """Prefill dies after it handed the KV over, before decode read it: each transport
+    reports the failure and the request is recomputed on decode, with the right text."""
+    prompt = random_prompt(seed, 280)
     prefill = KillAfterPrefill()
     orchestrator = Orchestrator(
         Mode.DISAGGREGATED,
         ServePoolClient(handle("Decode")),
         prefill,
-        plan=transfer_plan("auto", nixl_available=True),
+        plan=transfer_plan(kind, nixl_available=True),
         timeouts=TransportConfig(prefill_queue_timeout_s=5),
     )
     timings = RequestTimings()
@@ -124,9 +134,11 @@ async def test_prefill_killed_before_decode_pulls(apps, http):
     text = "".join([chunk.text async for chunk in orchestrator.run(request, timings)])
     assert text == _colocated_text(apps, http, prompt)  # recomputed on decode
     assert timings.transfer.transport is Transport.RECOMPUTE
+    failed = [a.transport.value for a in timings.transfer.fallbacks if a.failure is not None]
+    assert failed[0] == first_failure, timings.transfer.fallbacks
     assert time.monotonic() - started < 60
     wait_processes_gone(prefill.engine_pids)
     wait_healthy("Prefill")
-    body = complete(http, apps.disaggregated, {**GREEDY, "prompt": random_prompt(5304, 50)})
+    body = complete(http, apps.disaggregated, {**GREEDY, "prompt": random_prompt(seed + 1, 50)})
     assert body["usage"]["completion_tokens"] == 16
     assert_no_kv_held("Prefill", "Decode")

@@ -38,8 +38,9 @@ pytestmark = pytest.mark.integration
 
 CONFIG = "serve_configs/default.yaml"
 # Two decode replicas (each bound to core 1; three engines on two cores is slow but
-# correct), one prefill replica; Ray gets a logical CPU per engine.
-TWO_DECODE: dict[str, Any] = {"decode": {"num_replicas": 2}}
+# correct), one prefill replica; Ray gets a logical CPU per engine. A stopping decode
+# replica drains for 2 s only, so a redeploy cuts streams and they migrate.
+TWO_DECODE: dict[str, Any] = {"decode": {"num_replicas": 2, "graceful_shutdown_timeout_s": 2}}
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +73,14 @@ def test_a_stream_moves_to_the_other_live_decode_replica(app):
 
 @dataclass
 class Load:
-    """Closed-loop streaming clients; every outcome other than a whole answer is a failure."""
+    """Closed-loop streaming clients that retry a 503 after its ``Retry-After``, as the
+    OpenAI SDK does; any other outcome than a whole answer is a failure."""
 
     url: str
     clients: int = 3
     done: int = 0
     migrated: int = 0
+    shed: int = 0  # 503s (admission control while capacity is down), each retried
     failures: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -100,6 +103,13 @@ class Load:
     async def one(self, http: httpx.AsyncClient, body: dict[str, Any]) -> None:
         try:
             async with http.stream("POST", f"{self.url}/v1/completions", json=body) as response:
+                if response.status_code == 503 and "retry-after" in response.headers:
+                    self.shed += 1
+                    if self.stop.is_set():
+                        self.failures.append("still refused (503) when the load stopped")
+                        return
+                    await asyncio.sleep(float(response.headers["retry-after"]))
+                    return await self.one(http, body)
                 if response.status_code != 200:
                     self.failures.append(f"{response.status_code}: {await response.aread()!r}")
                     return
@@ -151,6 +161,12 @@ def test_a_rolling_redeploy_under_load_fails_no_stream(app):
     finally:
         load.stop.set()
         thread.join(timeout=600)
+    print(
+        f"rolled in {rolled_s:.0f} s: {load.done} streams, {load.migrated} migrated, "
+        f"{load.shed} shed and retried"
+    )
     assert not load.failures, load.failures
     assert load.done > before, (before, load.done, rolled_s)
+    # Streams outlived their old decode replica's 2 s drain and moved to a new one.
+    assert load.migrated > 0, (load.done, load.shed)
     assert_no_kv_held("Prefill", "Decode")
