@@ -34,7 +34,7 @@ from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Transport
 from app.kv_transport.kv_read import nixl_read
 from app.kv_transport.payload import LOAD_PATH, NUM_TOKENS, SAVE_PATH
-from app.net import free_port
+from app.net import free_listen_port
 from app.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
 
 logger = logging.getLogger("splitserve.engine")
@@ -92,7 +92,7 @@ class EngineServer:
         swept = object_store.sweep_orphans()
         if swept:
             logger.warning("removed %d KV payload files left by dead replicas", len(swept))
-        port = free_port(side_channel_host(config.transport.side_channel_host))
+        port = free_listen_port(side_channel_host(config.transport.side_channel_host))
         os.environ.update(engine_environment(role, pool, config, port))
         vllm_config = engine_arguments(role, config, model_path, engine_id).create_engine_config()
         # vLLM's CPU platform turns the `uni` executor into `mp` while it checks the

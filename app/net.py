@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import random
 import socket
+from pathlib import Path
+
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LISTEN_PORTS_FROM = 10000  # below: well-known and commonly configured service ports
 
 
 def free_port(host: str) -> int:
@@ -12,10 +17,48 @@ def free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands to outgoing connections and to ``bind(port 0)``."""
+    try:
+        low, high = EPHEMERAL_RANGE.read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def free_listen_port(host: str, rng: random.Random | None = None) -> int:
+    """A free port on ``host`` for a server that binds it *later* (another process).
+
+    Chosen outside the kernel's ephemeral range: a port from :func:`free_port` can be
+    handed to any outgoing connection between the check and the bind (seen under load:
+    a new decode replica's NIXL side channel failed to bind and its engine never became
+    ready). Only an explicit bind can take a port outside that range; picking at random
+    makes two replicas starting at once unlikely to pick the same one.
+    """
+    rng = rng or random.SystemRandom()
+    low, high = ephemeral_range()
+    candidates = [(LISTEN_PORTS_FROM, low)] if low > LISTEN_PORTS_FROM else []
+    if high < 65000:
+        candidates.append((high + 1, 65536))
+    if not candidates:
+        return free_port(host)
+    for _ in range(200):
+        start, end = rng.choice(candidates)
+        port = rng.randrange(start, end)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port outside the ephemeral range on {host}")
+
+
 def free_port_range(host: str, count: int) -> int:
-    """The first of ``count`` consecutive TCP ports that are all free on ``host`` now."""
+    """The first of ``count`` consecutive TCP ports that are all free on ``host`` now
+    (starting outside the ephemeral range, as :func:`free_listen_port`)."""
     for _ in range(100):
-        first = free_port(host)
+        first = free_listen_port(host)
         if first + count > 65536:
             continue
         try:

@@ -26,7 +26,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from app.net import free_port, free_port_range
+from app.net import free_listen_port, free_port_range
 
 DIRECT_PORT_ENV = "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"
 DIRECT_PORT_END_ENV = "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"  # exclusive
@@ -56,9 +56,9 @@ def harness_ports(host: str) -> tuple[int, int]:
     own servers (pass it to :func:`serve_cluster_env`), and a free port outside that
     range for Serve's proxy."""
     direct = free_port_range(host, DIRECT_PORT_COUNT)
-    proxy = free_port(host)
+    proxy = free_listen_port(host)
     while direct <= proxy < direct + DIRECT_PORT_COUNT:
-        proxy = free_port(host)
+        proxy = free_listen_port(host)
     return direct, proxy
 
 
