@@ -39,8 +39,8 @@ pytestmark = pytest.mark.integration
 CONFIG = "serve_configs/default.yaml"
 # Two decode replicas (each bound to core 1; three engines on two cores is slow but
 # correct), one prefill replica; Ray gets a logical CPU per engine. A stopping decode
-# replica drains for 2 s only, so a redeploy cuts streams and they migrate.
-TWO_DECODE: dict[str, Any] = {"decode": {"num_replicas": 2, "graceful_shutdown_timeout_s": 2}}
+# replica drains for 1 s only, so a redeploy cuts streams (of 500 tokens) and they migrate.
+TWO_DECODE: dict[str, Any] = {"decode": {"num_replicas": 2, "graceful_shutdown_timeout_s": 1}}
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ class Load:
                 length = rng.choice([40, 700])
                 body = {
                     "prompt": [rng.randrange(3, 1000) for _ in range(length)],
-                    "max_tokens": 150,
+                    "max_tokens": 500,
                     "temperature": 0,
                     "ignore_eos": True,
                     "stream": True,
@@ -167,6 +167,6 @@ def test_a_rolling_redeploy_under_load_fails_no_stream(app):
     )
     assert not load.failures, load.failures
     assert load.done > before, (before, load.done, rolled_s)
-    # Streams outlived their old decode replica's 2 s drain and moved to a new one.
+    # Streams outlived their old decode replica's 1 s drain and moved to a new one.
     assert load.migrated > 0, (load.done, load.shed)
     assert_no_kv_held("Prefill", "Decode")
