@@ -48,14 +48,15 @@ run: setup
 observe: setup
 	$(PY) -m deployments.observe
 
-# The autoscaling test needs its own Ray cluster (memory for a third engine), so it runs
-# as a separate pytest session, first; then the start/stop tests, which start and stop
-# whole clusters; then the main suite; then, where the machine can make network
-# namespaces (root), the two-host tests.
+# The autoscaling and rolling tests need their own Ray clusters (memory for a third
+# engine), so each runs as a separate pytest session, first; then the start/stop tests,
+# which start and stop whole clusters; then the main suite; then, where the machine can
+# make network namespaces (root), the two-host tests.
 test: setup
 	$(NETNS) $(PY) -m pytest -q -ra tests/autoscaling
+	$(NETNS) $(PY) -m pytest -q -ra tests/rolling
 	$(NETNS) $(PY) -m pytest -q -ra tests/lifecycle
-	$(NETNS) $(PY) -m pytest -q -ra --ignore=tests/autoscaling --ignore=tests/lifecycle --ignore=tests/multinode tests
+	$(NETNS) $(PY) -m pytest -q -ra --ignore=tests/autoscaling --ignore=tests/rolling --ignore=tests/lifecycle --ignore=tests/multinode tests
 	@if scripts/testnet check; then $(MAKE) --no-print-directory test-multinode; \
 	else echo "two-host tests skipped: they need root and ip netns (make test-multinode)"; fi
 
@@ -69,8 +70,9 @@ test-unit: setup
 
 test-integration: setup
 	$(NETNS) $(PY) -m pytest -q -ra tests/autoscaling
+	$(NETNS) $(PY) -m pytest -q -ra tests/rolling
 	$(NETNS) $(PY) -m pytest -q -ra tests/lifecycle
-	$(NETNS) $(PY) -m pytest -q -ra -m integration --ignore=tests/autoscaling --ignore=tests/lifecycle --ignore=tests/multinode tests
+	$(NETNS) $(PY) -m pytest -q -ra -m integration --ignore=tests/autoscaling --ignore=tests/rolling --ignore=tests/lifecycle --ignore=tests/multinode tests
 
 # Not part of CI: N concurrent streams for M minutes with random disconnects.
 SOAK_STREAMS ?= 8

@@ -3,8 +3,9 @@
 Prefill: the engine's connector writes the prompt's KV payload to a file in shared memory;
 :func:`publish` moves it into the Ray object store and deletes the file. The object is
 owned by the prefill replica and freed by Ray's reference counting once the ingress and
-the decode replica drop the reference (request done or aborted); if the prefill replica
-dies first, the object is lost and decode falls back to recompute.
+the decode replica drop the reference (request done or aborted). If the prefill replica
+dies first, Ray may report the object lost (its owner died; decode then recomputes) or,
+on the same node, still hand out the copy in the node's store (measured: the KV is used).
 
 Decode: :func:`materialize` fetches the object (zero-copy from the local object store)
 into a file the decode engine's connector loads and deletes.

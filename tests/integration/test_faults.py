@@ -107,18 +107,16 @@ class KillAfterPrefill(PoolClient):
 
 
 @pytest.mark.kills_replica
-@pytest.mark.parametrize(
-    ("kind", "seed", "first_failure"),
-    [
-        # NIXL finds its peer gone; the object store then finds no prefill replica.
-        ("auto", 5303, "nixl"),
-        # The KV object's owner (the prefill replica) is gone before decode gets it.
-        ("object_store", 5305, "object_store"),
-    ],
-)
-async def test_prefill_killed_before_decode_pulls(apps, http, kind, seed, first_failure):
-    """Prefill dies after it handed the KV over, before decode read it: each transport
-    reports the failure and the request is recomputed on decode, with the right text."""
+@pytest.mark.parametrize(("kind", "seed"), [("auto", 5303), ("object_store", 5305)])
+async def test_prefill_killed_before_decode_pulls(apps, http, kind, seed):
+    """Prefill dies after it handed the KV over, before decode read it; the request ends
+    with the right text.
+
+    NIXL (``auto``) finds its peer gone, says so, and the request is recomputed on decode
+    (the object store, next, has no prefill replica to turn to). The object store's
+    payload was put by the dead replica; Ray may still hand decode the copy in this
+    node's store (then it is used) or report its owner dead (then decode recomputes,
+    with the object store's failure recorded)."""
     prompt = random_prompt(seed, 280)
     prefill = KillAfterPrefill()
     orchestrator = Orchestrator(
@@ -132,10 +130,16 @@ async def test_prefill_killed_before_decode_pulls(apps, http, kind, seed, first_
     started = time.monotonic()
     request = GenerateRequest("pk", prompt, _params())
     text = "".join([chunk.text async for chunk in orchestrator.run(request, timings)])
-    assert text == _colocated_text(apps, http, prompt)  # recomputed on decode
-    assert timings.transfer.transport is Transport.RECOMPUTE
+    assert text == _colocated_text(apps, http, prompt)
     failed = [a.transport.value for a in timings.transfer.fallbacks if a.failure is not None]
-    assert failed[0] == first_failure, timings.transfer.fallbacks
+    if kind == "auto":
+        assert timings.transfer.transport is Transport.RECOMPUTE
+        assert failed[0] == "nixl", timings.transfer.fallbacks
+    elif timings.transfer.transport is Transport.RECOMPUTE:
+        assert failed == ["object_store"], timings.transfer.fallbacks
+    else:
+        assert timings.transfer.transport is Transport.OBJECT_STORE
+        assert not failed and timings.transfer.kv_bytes > 0
     assert time.monotonic() - started < 60
     wait_processes_gone(prefill.engine_pids)
     wait_healthy("Prefill")
