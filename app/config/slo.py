@@ -43,6 +43,13 @@ class SloConfig(Strict):
             )
         return self
 
+    @classmethod
+    def from_serve_file(cls, path: str) -> SloConfig:
+        """The ``slo:`` block of a Serve config file's application (defaults if absent)."""
+        from app.config.serve_file import serve_file_args
+
+        return cls.model_validate(serve_file_args(path).get("slo") or {})
+
     @property
     def ttft_s(self) -> float:
         return self.ttft_ms / 1000

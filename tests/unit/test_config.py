@@ -134,3 +134,21 @@ def test_slo_attainment_cannot_exceed_its_percentile():
 def test_slo_defaults():
     slo = AppConfig.model_validate({}).slo
     assert (slo.ttft_ms, slo.tpot_ms, slo.percentile, slo.attainment) == (5000, 100, 90, 0.9)
+
+
+def test_load_tests_and_planner_read_the_slo_block(tmp_path):
+    import argparse
+
+    from app.advice.goodput import add_slo_options, slo_from_options
+
+    path = CONFIGS[[p.name for p in CONFIGS].index("autoscaling.yaml")]
+    parser = argparse.ArgumentParser()
+    add_slo_options(parser, ttft_ms=200, tpot_ms=20)
+    slo, target = slo_from_options(parser.parse_args(["--slo-config", str(path)]))
+    config = AppConfig.model_validate(_args(path)).slo
+    assert (slo.ttft_s, slo.tpot_s, target) == (config.ttft_s, config.tpot_s, config.attainment)
+    # a flag overrides the file; without either, the tool's defaults
+    slo, _ = slo_from_options(parser.parse_args(["--slo-config", str(path), "--slo-tpot-ms", "7"]))
+    assert (slo.ttft_s, slo.tpot_s) == (config.ttft_s, 0.007)
+    slo, target = slo_from_options(parser.parse_args([]))
+    assert (slo.ttft_s, slo.tpot_s, target) == (0.2, 0.02, 0.9)
