@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from app.advice.checks import Workload, advise
+from app.advice.goodput import add_slo_options, slo_from_options
 from app.advice.kv_size import KVShape, shape_from_model, transfer_seconds, wire_seconds
 
 DEFAULT_MIX = "128:128:0.8,1536:8:0.2"
@@ -153,15 +154,17 @@ def cmd_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         profile.disaggregated_overhead_s = args.disaggregated_overhead_ms / 1000
     lengths = mix_lengths(parse_mix(args.mix), args.requests, args.seed)
     kv_bytes = _kv_bytes_per_token(args) if args.link_gbps else 0
+    slo, target = slo_from_options(args)
     plans = plan(
         profile,
         args.accelerators,
         lengths,
-        args.slo_ttft_ms / 1000,
-        args.slo_tpot_ms / 1000,
+        slo.ttft_s,
+        slo.tpot_s,
         kv_bytes,
         args.link_gbps,
         args.seconds,
+        target,
     )
     rows = [
         {
@@ -179,7 +182,7 @@ def cmd_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         for r in rows
     ]
     lines.append(f"\nbest: {rows[0]['topology']} (SLO TTFT <= {args.slo_ttft_ms:g} ms, "
-                 f"TPOT <= {args.slo_tpot_ms:g} ms, >= 90% of requests)")  # fmt: skip
+                 f"TPOT <= {args.slo_tpot_ms:g} ms, >= {target:.0%} of requests)")  # fmt: skip
     return {"plans": rows, "mix": args.mix, "profile": args.profile}, "\n".join(lines)
 
 
@@ -228,8 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--mix", default=DEFAULT_MIX, help="prompt:output:share,... (%(default)s)")
     pl.add_argument("--requests", type=int, default=200, help="fewest simulated per rate")
     pl.add_argument("--seconds", type=float, default=60.0, help="simulated arrivals per rate")
-    pl.add_argument("--slo-ttft-ms", type=float, default=200.0)
-    pl.add_argument("--slo-tpot-ms", type=float, default=20.0)
+    add_slo_options(pl, ttft_ms=200.0, tpot_ms=20.0)
     pl.add_argument("--overhead-ms", type=float, help="serving path per request (colocated)")
     pl.add_argument("--disaggregated-overhead-ms", type=float, help="extra per disagg. request")
     pl.add_argument("--link-gbps", type=float, default=0.0, help="KV link; 0: free")

@@ -8,6 +8,7 @@ from typing import Any
 
 from ray import serve
 
+from app.autoscaling_stats import WindowStats, read_registry
 from app.config import AppConfig
 from app.engine import EngineServer
 from app.kv_transport.fallback import Transport, engine_transports, nixl_installed
@@ -39,6 +40,12 @@ class LLMServer:
             await warm_pair(self.server, pool, transports, self.warmup)
         # An engine that died warming up must not be counted ready.
         await self.server.engine.check_health()
+        # What the SLO autoscaling policy reads, counted from here (warm-up left out).
+        pool_config = config.prefill if self.role is Role.PREFILL else config.decode
+        scaling = pool_config.autoscaling_config
+        window_s = max(2.0, scaling.look_back_period_s) if scaling else 10.0
+        self.window = WindowStats(window_s, config.slo.percentile)
+        self.window.add(read_registry(self.server.busy.seconds))
         _record_warmup(self.role, self.warmup, application)
         logger.info(
             "%s engine %s ready, warm in %.1f s (engine %.1f s, pair %.1f s: %s)",
@@ -79,6 +86,11 @@ class LLMServer:
             "running": counters.get("vllm:num_requests_running", 0.0),
             "waiting": counters.get("vllm:num_requests_waiting", 0.0),
         }
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """This engine's figures over the last window (app.autoscaling_stats); Serve polls
+        it for the SLO autoscaling policy (deployments.slo_autoscaler)."""
+        return self.window.add(read_registry(self.server.busy.seconds))
 
     async def all_blocks_free(self) -> bool:
         return await self.server.all_blocks_free()

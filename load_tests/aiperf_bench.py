@@ -31,7 +31,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from app.advice.goodput import SLO
+from app.advice.goodput import SLO, add_slo_options, slo_from_options
 from app.model_source import resolve_model
 from load_tests.compare import SYSTEMS, _warm_up
 from load_tests.loadgen import run_at_rate, summary
@@ -159,11 +159,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=120)
     parser.add_argument("--isl", type=int, default=128)
     parser.add_argument("--osl", type=int, default=128)
-    parser.add_argument("--slo-ttft-ms", type=float, default=200.0)
-    parser.add_argument("--slo-tpot-ms", type=float, default=20.0)
+    add_slo_options(parser, ttft_ms=200.0, tpot_ms=20.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="load_tests/results/aiperf.json")
     args = parser.parse_args()
+    slo_from_options(args)  # fills args.slo_ttft_ms / slo_tpot_ms
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict[str, Any]] = {}

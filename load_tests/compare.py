@@ -42,7 +42,13 @@ from typing import Any
 
 import httpx
 
-from app.advice.goodput import SLO, attainment, find_goodput, requests_at
+from app.advice.goodput import (
+    add_slo_options,
+    attainment,
+    find_goodput,
+    requests_at,
+    slo_from_options,
+)
 from app.model_source import resolve_model
 from load_tests.loadgen import run_at_rate
 from load_tests.local_app import LocalApp, merge
@@ -182,7 +188,7 @@ def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any
     row["mixed"] = _mixed_summary(timings, failures, wall)
     row["mixed"]["pools"] = usage.result
     if args.goodput:
-        slo = SLO(args.slo_ttft_ms / 1000, args.slo_tpot_ms / 1000)
+        slo, target = slo_from_options(args)
 
         def attained(rate: float) -> float:
             count = requests_at(rate, args.goodput_seconds, args.goodput_requests)
@@ -195,6 +201,7 @@ def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any
         search = find_goodput(
             attained,
             start_rate=args.goodput_start_rate,
+            target=target,
             bisections=3,
             max_rate=args.goodput_max_rate,
         )
@@ -308,8 +315,7 @@ def main() -> None:
         help="stop the sweep here (one Python client on 2 cores cannot send much more)",
     )
     parser.add_argument("--goodput-start-rate", type=float, default=2.0)
-    parser.add_argument("--slo-ttft-ms", type=float, default=200.0)
-    parser.add_argument("--slo-tpot-ms", type=float, default=20.0)
+    add_slo_options(parser, ttft_ms=200.0, tpot_ms=20.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--out", default="load_tests/results/compare.json")

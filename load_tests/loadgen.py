@@ -24,7 +24,14 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
-from app.advice.goodput import SLO, attainment, find_goodput, requests_at
+from app.advice.goodput import (
+    SLO,
+    add_slo_options,
+    attainment,
+    find_goodput,
+    requests_at,
+    slo_from_options,
+)
 from load_tests.run_conditions import app_settings, machine
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import one_request
@@ -99,8 +106,7 @@ def main() -> None:
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="mixed")
     parser.add_argument("--rate", type=float, default=4.0, help="requests per second")
     parser.add_argument("--requests", type=int, default=100)
-    parser.add_argument("--slo-ttft-ms", type=float, default=500.0)
-    parser.add_argument("--slo-tpot-ms", type=float, default=50.0)
+    add_slo_options(parser, ttft_ms=500.0, tpot_ms=50.0)
     parser.add_argument("--goodput", action="store_true", help="sweep and bisect the rate")
     parser.add_argument("--goodput-seconds", type=float, default=20.0, help="arrivals per rate")
     parser.add_argument("--seed", type=int, default=0)
@@ -110,7 +116,7 @@ def main() -> None:
     parser.add_argument("--out", default="load_tests/results/loadgen.json")
     args = parser.parse_args()
 
-    slo = SLO(args.slo_ttft_ms / 1000, args.slo_tpot_ms / 1000)
+    slo, target = slo_from_options(args)
     requests = WORKLOADS[args.workload](random.Random(args.seed), args.requests)
     runs: list[dict[str, Any]] = []
 
@@ -131,7 +137,7 @@ def main() -> None:
         }
     }
     if args.goodput:
-        search = find_goodput(measure, start_rate=args.rate)
+        search = find_goodput(measure, start_rate=args.rate, target=target)
         result["goodput_req_per_s"] = search.goodput
     else:
         measure(args.rate)

@@ -10,7 +10,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from app.config import serve_file_args
+from app.config import serve_file_args, serve_file_policy
 from deployments.cluster_env import harness_ports, serve_cluster_env
 
 
@@ -74,7 +74,11 @@ class LocalApp:
         try:
             serve.start(http_options={"host": "127.0.0.1", "port": port})
             args = merge(config_args(self.config_path), self.overrides)
-            serve.run(build_app(args), name=self.name, route_prefix="/")
+            policy = serve_file_policy(self.config_path)
+            if policy is None:
+                serve.run(build_app(args), name=self.name, route_prefix="/")
+            else:
+                self._deploy_with_policy(args, policy)
         except BaseException:
             self.__exit__()  # a failed start leaves no cluster behind
             raise
@@ -83,6 +87,26 @@ class LocalApp:
         # replica serves on the range's first port, without the proxy's hop.
         self.url = f"http://127.0.0.1:{direct_port}" if direct_port else self.proxy_url
         return self
+
+    def _deploy_with_policy(self, args: dict[str, Any], policy: dict[str, Any]) -> None:
+        """Deploy as ``serve run`` deploys a config file: Serve takes an application-level
+        autoscaling policy only from a config, not from ``serve.run``."""
+        from ray.serve.context import _get_global_client
+        from ray.serve.schema import ServeDeploySchema
+
+        from app.config.serve_file import IMPORT_PATH
+
+        application = {
+            "name": self.name,
+            "route_prefix": "/",
+            "import_path": IMPORT_PATH,
+            "args": args,
+            "autoscaling_policy": policy,
+        }
+        client = _get_global_client()
+        assert client is not None  # serve.start() ran
+        client.deploy_apps(ServeDeploySchema.model_validate({"applications": [application]}))
+        client._wait_for_application_running(self.name, timeout_s=900)
 
     def handle(self, deployment: str) -> Any:
         from ray import serve

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Timed(Protocol):
@@ -34,6 +34,33 @@ class SLO:
     def met_by(self, timing: Timed) -> bool:
         tpot = timing.tpot
         return timing.ttft <= self.ttft_s and (math.isnan(tpot) or tpot <= self.tpot_s)
+
+
+def add_slo_options(parser: Any, ttft_ms: float, tpot_ms: float) -> None:
+    """``--slo-config``, ``--slo-ttft-ms``, ``--slo-tpot-ms`` on an argparse parser; read
+    them back with :func:`slo_from_options`."""
+    parser.add_argument(
+        "--slo-config",
+        help="a serve config whose `slo:` block gives the targets and the attainment "
+        "(the --slo-*-ms flags override it)",
+    )
+    parser.add_argument("--slo-ttft-ms", type=float, help=f"TTFT target (default {ttft_ms:g})")
+    parser.add_argument("--slo-tpot-ms", type=float, help=f"TPOT target (default {tpot_ms:g})")
+    parser.set_defaults(slo_defaults=(ttft_ms, tpot_ms, 0.9))
+
+
+def slo_from_options(args: Any) -> tuple[SLO, float]:
+    """The SLO and the attainment target from :func:`add_slo_options`' flags (and fill
+    ``args.slo_ttft_ms`` / ``args.slo_tpot_ms`` with what was chosen)."""
+    ttft_ms, tpot_ms, target = args.slo_defaults
+    if args.slo_config:
+        from app.config import SloConfig
+
+        config = SloConfig.from_serve_file(args.slo_config)
+        ttft_ms, tpot_ms, target = config.ttft_ms, config.tpot_ms, config.attainment
+    args.slo_ttft_ms = args.slo_ttft_ms if args.slo_ttft_ms is not None else ttft_ms
+    args.slo_tpot_ms = args.slo_tpot_ms if args.slo_tpot_ms is not None else tpot_ms
+    return SLO(args.slo_ttft_ms / 1000, args.slo_tpot_ms / 1000), target
 
 
 def attainment(timings: Sequence[Timed], slo: SLO, failed: int = 0) -> float:

@@ -79,10 +79,12 @@ def plan(
     kv_bytes_per_token: int = 0,
     link_gbps: float = 0.0,
     duration_s: float = 60.0,
+    target: float = 0.9,
 ) -> list[Plan]:
-    """Candidates ranked by goodput per accelerator, best first."""
+    """Candidates ranked by goodput per accelerator (the highest rate at which a
+    ``target`` share of requests meets both targets), best first."""
     plans = [
-        goodput(profile, topology, lengths, ttft_s, tpot_s, duration_s=duration_s)
+        goodput(profile, topology, lengths, ttft_s, tpot_s, target, duration_s=duration_s)
         for topology in candidates(accelerators, kv_bytes_per_token, link_gbps)
     ]
     return sorted(plans, key=lambda p: -p.per_accelerator)

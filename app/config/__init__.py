@@ -18,7 +18,8 @@ from app.config.deployment import (
 from app.config.frontend import OpenAIConfig
 from app.config.model import ModelConfig
 from app.config.routing import MigrationConfig, RequestPathConfig, RouterConfig
-from app.config.serve_file import serve_file_args
+from app.config.serve_file import serve_file_args, serve_file_policy
+from app.config.slo import SloConfig
 from app.config.transport import TransportConfig
 
 __all__ = [
@@ -35,6 +36,8 @@ __all__ = [
     "RayActorOptions",
     "RequestPathConfig",
     "RouterConfig",
+    "SloConfig",
     "TransportConfig",
     "serve_file_args",
+    "serve_file_policy",
 ]

@@ -9,6 +9,7 @@ from app.config.deployment import IngressConfig, PoolConfig
 from app.config.frontend import OpenAIConfig
 from app.config.model import ModelConfig
 from app.config.routing import MigrationConfig, RequestPathConfig, RouterConfig
+from app.config.slo import SloConfig
 from app.config.transport import TransportConfig
 
 
@@ -23,6 +24,10 @@ class AppConfig(Strict):
     router: RouterConfig = Field(default_factory=RouterConfig)
     request_path: RequestPathConfig = Field(default_factory=RequestPathConfig)
     migration: MigrationConfig = Field(default_factory=MigrationConfig)
+    slo: SloConfig = Field(
+        default_factory=SloConfig,
+        description="TTFT/TPOT targets: the SLO autoscaling policy, goodput, the planner.",
+    )
     prefill: PoolConfig = Field(
         default_factory=lambda: PoolConfig(cpu_binding="0"),
         description="The prefill pool (disaggregated mode).",

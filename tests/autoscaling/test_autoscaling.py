@@ -1,5 +1,7 @@
 """Each pool scales on its own: a prefill-heavy load grows prefill, not decode; a
 decode-heavy load grows decode, not prefill; each shrinks back when its load stops.
+Once with Serve's default policy (ongoing requests per replica), once with the SLO
+policy of serve_configs/autoscaling.yaml (TTFT drives prefill, TPOT drives decode).
 
 Runs in its own pytest session (its own Ray cluster; `make test` runs it first): the apps
 of tests/integration would not leave memory for a third engine.
@@ -10,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import ray
+import yaml
 from ray import serve
 
 from load_tests.local_app import LocalApp
@@ -111,3 +116,45 @@ async def test_each_pool_scales_on_its_own_load():
         await scale_under(app.url, "Prefill", "Decode", clients=8, prompt_len=900, max_tokens=1)
         # Short prompts (prefilled on decode), long outputs: the work is decode.
         await scale_under(app.url, "Decode", "Prefill", clients=16, prompt_len=20, max_tokens=200)
+
+
+def slo_config(tmp_path) -> str:
+    """serve_configs/autoscaling.yaml with targets this load misses on one replica
+    (TTFT 150 ms for 900-token prompts from 8 clients, TPOT 5 ms for 16 streams) and
+    quick reactions; the policy's `slo` stays the app's."""
+    document = yaml.safe_load(Path("serve_configs/autoscaling.yaml").read_text())
+    (application,) = document["applications"]
+    args = application["args"]
+    slo = {**args["slo"], "ttft_ms": 150, "tpot_ms": 5}
+    args["slo"] = slo
+    for pool in ("prefill", "decode"):
+        args[pool]["autoscaling_config"] = {
+            **args[pool]["autoscaling_config"],
+            "look_back_period_s": 2,
+        }
+    args["router"] = OVERRIDES["router"]
+    args["ingress"] = {**args["ingress"], **OVERRIDES["ingress"]}
+    kwargs = application["autoscaling_policy"]["policy_kwargs"]
+    kwargs.update(slo=slo, upscale_cooldown_s=1, downscale_delay_s=5)
+    path = tmp_path / "slo.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+def controller_log() -> str:
+    node: Any = ray._private.worker._global_node  # type: ignore[attr-defined]
+    logs = Path(node.get_session_dir_path()) / "logs" / "serve"
+    return "".join(p.read_text(errors="replace") for p in logs.glob("controller_*.log"))
+
+
+async def test_the_slo_policy_grows_prefill_on_ttft_and_decode_on_tpot(tmp_path):
+    with LocalApp(slo_config(tmp_path), num_cpus=2) as app:
+        assert (running("Prefill"), running("Decode")) == (1, 1)
+        await scale_under(app.url, "Prefill", "Decode", clients=8, prompt_len=900, max_tokens=1)
+        await scale_under(app.url, "Decode", "Prefill", clients=16, prompt_len=20, max_tokens=200)
+        log = controller_log()
+    # Every change is logged with its reason.
+    assert "SLO autoscaler: Prefill 1 -> 2 replicas: " in log
+    assert "over budget" in log or "load needs" in log
+    assert "SLO autoscaler: Decode 1 -> 2 replicas: TPOT" in log
+    assert "SLO autoscaler: Prefill 2 -> 1 replicas: 1 would meet the TTFT budget" in log

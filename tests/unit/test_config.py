@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from app.config import AppConfig, Mode, serve_file_args
+from app.config import AppConfig, Mode, serve_file_args, serve_file_policy
 
 CONFIGS = sorted(Path(__file__).parents[2].joinpath("serve_configs").glob("*.yaml"))
 
@@ -100,3 +100,55 @@ def test_a_serve_file_that_is_not_one_splitserve_app_is_refused(tmp_path):
     other.write_text("applications:\n- {import_path: somewhere:else, args: {}}\n")
     with pytest.raises(ValueError, match="import_path must be"):
         serve_file_args(other)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_shipped_configs_are_valid_serve_config_files(path):
+    """What `serve run` reads: the whole file, application-level policy included."""
+    import yaml
+    from ray.serve.schema import ServeDeploySchema
+
+    ServeDeploySchema.model_validate(yaml.safe_load(path.read_text()))
+
+
+def test_the_autoscaling_config_gives_its_policy_the_apps_slo():
+    from deployments.slo_autoscaler import SloAutoscaler
+
+    path = CONFIGS[[p.name for p in CONFIGS].index("autoscaling.yaml")]
+    policy = serve_file_policy(path)
+    assert policy is not None
+    assert policy["policy_function"] == "deployments.slo_autoscaler:SloAutoscaler"
+    config = AppConfig.model_validate(_args(path))
+    assert policy["policy_kwargs"]["slo"] == config.slo.model_dump()
+    assert config.prefill.autoscaling_config and config.decode.autoscaling_config
+    autoscaler = SloAutoscaler(**policy["policy_kwargs"])
+    assert autoscaler.policy.params.ttft_s == config.slo.ttft_s
+
+
+def test_slo_attainment_cannot_exceed_its_percentile():
+    with pytest.raises(ValidationError, match="cannot exceed the percentile"):
+        AppConfig.model_validate({"slo": {"percentile": 90, "attainment": 0.95}})
+    assert AppConfig.model_validate({"slo": {"percentile": 99, "attainment": 0.95}})
+
+
+def test_slo_defaults():
+    slo = AppConfig.model_validate({}).slo
+    assert (slo.ttft_ms, slo.tpot_ms, slo.percentile, slo.attainment) == (5000, 100, 90, 0.9)
+
+
+def test_load_tests_and_planner_read_the_slo_block(tmp_path):
+    import argparse
+
+    from app.advice.goodput import add_slo_options, slo_from_options
+
+    path = CONFIGS[[p.name for p in CONFIGS].index("autoscaling.yaml")]
+    parser = argparse.ArgumentParser()
+    add_slo_options(parser, ttft_ms=200, tpot_ms=20)
+    slo, target = slo_from_options(parser.parse_args(["--slo-config", str(path)]))
+    config = AppConfig.model_validate(_args(path)).slo
+    assert (slo.ttft_s, slo.tpot_s, target) == (config.ttft_s, config.tpot_s, config.attainment)
+    # a flag overrides the file; without either, the tool's defaults
+    slo, _ = slo_from_options(parser.parse_args(["--slo-config", str(path), "--slo-tpot-ms", "7"]))
+    assert (slo.ttft_s, slo.tpot_s) == (config.ttft_s, 0.007)
+    slo, target = slo_from_options(parser.parse_args([]))
+    assert (slo.ttft_s, slo.tpot_s, target) == (0.2, 0.02, 0.9)

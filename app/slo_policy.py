@@ -1,0 +1,234 @@
+"""The SLO autoscaling policy's decisions, as pure logic (Serve's adapter:
+``deployments.slo_autoscaler``; the figures each replica reports:
+:mod:`app.autoscaling_stats`).
+
+**Prefill** is sized against the TTFT budget: the TTFT target less what decode adds to
+it (the KV's arrival and the first step, measured on decode). Each prefill engine is
+treated as a single-server queue: with service time S per prompt (busy seconds per
+prefill) and utilization u, a prompt spends about S / (1 - u) there, so meeting the
+budget B needs u ≤ 1 - S / B, and the pool needs ceil(busy / (1 - S / B)) replicas, where
+busy is the pool's engine-seconds per second. A measured TTFT over the budget grows the
+pool by at least one.
+
+**Decode** is sized against the TPOT target, with TPOT taken as proportional to the
+batch per replica (conservative: the fixed per-step cost does not shrink with the
+batch): n replicas at TPOT t need ceil(n · t / target). KV usage over ``kv_target`` or
+requests waiting for a slot grow it by one.
+
+**Hysteresis.** A pool grows as soon as a rule says so, at most once per
+``upscale_cooldown_s``. It shrinks by one replica only after the smaller pool would
+have met the targets with ``headroom`` to spare (predicted by the same models) for a
+whole ``downscale_delay_s``. ``min_prefill_per_decode`` / ``max_prefill_per_decode``
+keep the pools' ratio where the planner says it is feasible, by growing the smaller
+side. Every decision carries its reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+PREFILL = "prefill"
+DECODE = "decode"
+
+
+@dataclass(frozen=True)
+class PoolSignals:
+    """One pool over the look-back period: rates and busy summed over its replicas,
+    latency percentiles and KV usage at their worst replica, queues summed."""
+
+    replicas: int  # the pool's current target
+    min_replicas: int = 1
+    max_replicas: int = 1
+    requests_per_s: float = 0.0
+    busy: float = 0.0
+    ttft_s: float | None = None  # None: nothing measured
+    tpot_s: float | None = None
+    running: float = 0.0
+    waiting: float = 0.0
+    kv_usage: float = 0.0
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    ttft_s: float
+    tpot_s: float
+    upscale_cooldown_s: float = 15.0
+    downscale_delay_s: float = 60.0
+    headroom: float = 0.7
+    kv_target: float = 0.85
+    min_prefill_per_decode: float | None = None
+    max_prefill_per_decode: float | None = None
+    # A prefill engine's utilization never planned above this, however loose the budget.
+    max_utilization: float = 0.9
+
+
+@dataclass(frozen=True)
+class Decision:
+    replicas: int
+    reason: str
+
+    def direction(self, current: int) -> str:
+        if self.replicas > current:
+            return "up"
+        return "down" if self.replicas < current else "hold"
+
+
+@dataclass
+class PoolMemory:
+    """What the policy remembers about a pool between ticks."""
+
+    last_change_s: float = -math.inf
+    shrink_ok_since_s: float | None = None
+
+
+@dataclass
+class SloPolicy:
+    params: PolicyParams
+    memory: dict[str, PoolMemory] = field(default_factory=dict)
+
+    def decide(
+        self, prefill: PoolSignals | None, decode: PoolSignals, now_s: float
+    ) -> dict[str, Decision]:
+        """The replica count for each pool present (``prefill`` is None in colocated
+        mode: the one pool then answers for TTFT as well)."""
+        decisions = {DECODE: self._decode(decode, now_s, colocated=prefill is None)}
+        if prefill is not None:
+            decisions[PREFILL] = self._prefill(prefill, decode, now_s)
+            decisions = self._keep_ratio(decisions, prefill, decode)
+        for pool, decision in decisions.items():
+            current = (prefill if pool == PREFILL else decode).replicas  # type: ignore[union-attr]
+            memory = self.memory.setdefault(pool, PoolMemory())
+            if decision.replicas != current:
+                memory.last_change_s = now_s
+                memory.shrink_ok_since_s = None
+        return decisions
+
+    # --- prefill ---
+
+    def ttft_budget_s(self, decode: PoolSignals) -> float:
+        """The TTFT target less decode's share (at least a tenth of the target)."""
+        spent = decode.ttft_s or 0.0
+        return max(self.params.ttft_s - spent, 0.1 * self.params.ttft_s)
+
+    def prefill_needed(self, pool: PoolSignals, budget_s: float) -> int:
+        """Replicas for the pool's load to meet ``budget_s`` (queueing model)."""
+        if pool.requests_per_s <= 0 or pool.busy <= 0:
+            return 0
+        service_s = pool.busy / pool.requests_per_s
+        utilization = min(self.params.max_utilization, 1 - service_s / budget_s)
+        if utilization <= 0.05:  # one prefill alone takes about the budget
+            return pool.max_replicas
+        return math.ceil(pool.busy / utilization)
+
+    def _prefill(self, pool: PoolSignals, decode: PoolSignals, now_s: float) -> Decision:
+        budget = self.ttft_budget_s(decode)
+        needed = self.prefill_needed(pool, budget)
+        reasons = []
+        if needed > pool.replicas:
+            reasons.append(f"load needs {needed} for a TTFT budget of {budget * 1e3:.0f} ms")
+        if pool.ttft_s is not None and pool.ttft_s > budget:
+            needed = max(needed, pool.replicas + 1)
+            reasons.append(
+                f"prefill TTFT {pool.ttft_s * 1e3:.0f} ms over budget {budget * 1e3:.0f} ms"
+            )
+        if reasons:
+            return self._grow(PREFILL, pool, needed, "; ".join(reasons), now_s)
+        smaller = pool.replicas - 1
+        fits = smaller >= 1 and (
+            pool.busy == 0
+            or pool.busy / smaller
+            <= self.params.headroom
+            * min(self.params.max_utilization, 1 - self._service(pool) / budget)
+        )
+        calm = pool.ttft_s is None or pool.ttft_s <= self.params.headroom * budget
+        return self._shrink_or_hold(
+            PREFILL, pool, fits and calm, f"{smaller} would meet the TTFT budget", now_s
+        )
+
+    @staticmethod
+    def _service(pool: PoolSignals) -> float:
+        return pool.busy / pool.requests_per_s if pool.requests_per_s > 0 else 0.0
+
+    # --- decode ---
+
+    def _decode(self, pool: PoolSignals, now_s: float, colocated: bool) -> Decision:
+        target = self.params.tpot_s
+        needed = pool.replicas
+        reasons = []
+        if pool.tpot_s is not None and pool.tpot_s > target:
+            needed = max(pool.replicas + 1, math.ceil(pool.replicas * pool.tpot_s / target))
+            reasons.append(f"TPOT {pool.tpot_s * 1e3:.1f} ms over {target * 1e3:.1f} ms")
+        if pool.kv_usage > self.params.kv_target:
+            needed = max(needed, pool.replicas + 1)
+            reasons.append(f"KV usage {pool.kv_usage:.0%} over {self.params.kv_target:.0%}")
+        if pool.waiting >= max(1, pool.replicas):
+            needed = max(needed, pool.replicas + 1)
+            reasons.append(f"{pool.waiting:.0f} requests waiting for a batch slot")
+        if colocated and pool.ttft_s is not None and pool.ttft_s > self.params.ttft_s:
+            needed = max(needed, pool.replicas + 1)
+            reasons.append(
+                f"TTFT {pool.ttft_s * 1e3:.0f} ms over {self.params.ttft_s * 1e3:.0f} ms"
+            )
+        if reasons:
+            return self._grow(DECODE, pool, needed, "; ".join(reasons), now_s)
+        smaller = pool.replicas - 1
+        scale = pool.replicas / smaller if smaller >= 1 else math.inf
+        headroom = self.params.headroom
+        fits = (
+            smaller >= 1
+            and pool.waiting == 0
+            and (pool.tpot_s is None or pool.tpot_s * scale <= headroom * target)
+            and pool.kv_usage * scale <= headroom * self.params.kv_target
+        )
+        if colocated and pool.ttft_s is not None:
+            fits = fits and pool.ttft_s * scale <= headroom * self.params.ttft_s
+        return self._shrink_or_hold(
+            DECODE, pool, fits, f"{smaller} would meet the TPOT target", now_s
+        )
+
+    # --- shared ---
+
+    def _grow(
+        self, name: str, pool: PoolSignals, needed: int, reason: str, now_s: float
+    ) -> Decision:
+        memory = self.memory.setdefault(name, PoolMemory())
+        memory.shrink_ok_since_s = None
+        wanted = min(needed, pool.max_replicas)
+        if wanted <= pool.replicas:
+            return Decision(pool.replicas, f"at max_replicas ({pool.max_replicas}): {reason}")
+        if now_s - memory.last_change_s < self.params.upscale_cooldown_s:
+            return Decision(pool.replicas, f"cooling down: {reason}")
+        return Decision(wanted, reason)
+
+    def _shrink_or_hold(
+        self, name: str, pool: PoolSignals, fits: bool, reason: str, now_s: float
+    ) -> Decision:
+        memory = self.memory.setdefault(name, PoolMemory())
+        if pool.replicas < pool.min_replicas:
+            return Decision(pool.min_replicas, f"below min_replicas ({pool.min_replicas})")
+        if not fits or pool.replicas <= pool.min_replicas:
+            memory.shrink_ok_since_s = None
+            return Decision(pool.replicas, "within targets")
+        if memory.shrink_ok_since_s is None:
+            memory.shrink_ok_since_s = now_s
+        delay = self.params.downscale_delay_s
+        if now_s - memory.shrink_ok_since_s >= delay and now_s - memory.last_change_s >= delay:
+            return Decision(pool.replicas - 1, f"{reason} for {delay:g} s")
+        return Decision(pool.replicas, f"{reason}; waiting out the downscale delay")
+
+    def _keep_ratio(
+        self, decisions: dict[str, Decision], prefill: PoolSignals, decode: PoolSignals
+    ) -> dict[str, Decision]:
+        p, d = decisions[PREFILL], decisions[DECODE]
+        most = self.params.max_prefill_per_decode
+        least = self.params.min_prefill_per_decode
+        if most is not None and p.replicas > most * d.replicas:
+            grown = min(decode.max_replicas, math.ceil(p.replicas / most))
+            if grown > d.replicas:
+                d = Decision(grown, f"prefill:decode at most {most:g}")
+        if least is not None and p.replicas < least * d.replicas:
+            grown = min(prefill.max_replicas, math.ceil(least * d.replicas))
+            if grown > p.replicas:
+                p = Decision(grown, f"prefill:decode at least {least:g}")
+        return {PREFILL: p, DECODE: d}

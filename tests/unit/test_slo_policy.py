@@ -1,0 +1,149 @@
+"""The SLO policy's decisions on metric traces (app.slo_policy)."""
+
+from __future__ import annotations
+
+import math
+
+from app.slo_policy import DECODE, PREFILL, PolicyParams, PoolSignals, SloPolicy
+
+PARAMS = PolicyParams(
+    ttft_s=1.0, tpot_s=0.05, upscale_cooldown_s=10, downscale_delay_s=30, headroom=0.7
+)
+
+
+def pool(replicas=1, **fields) -> PoolSignals:
+    return PoolSignals(replicas=replicas, min_replicas=1, max_replicas=4, **fields)
+
+
+IDLE = pool()
+
+
+def run(policy: SloPolicy, trace, start_s: float = 0.0, step_s: float = 5.0):
+    """Feed (prefill, decode) signals tick by tick, following the policy's own counts;
+    return the counts after each tick."""
+    counts = []
+    p_now, d_now = 1, 1
+    for i, (prefill, decode) in enumerate(trace):
+        prefill = PoolSignals(**{**prefill.__dict__, "replicas": p_now})
+        decode = PoolSignals(**{**decode.__dict__, "replicas": d_now})
+        decisions = policy.decide(prefill, decode, start_s + i * step_s)
+        p_now, d_now = decisions[PREFILL].replicas, decisions[DECODE].replicas
+        counts.append((p_now, d_now))
+    return counts
+
+
+def test_idle_pools_hold_at_min():
+    decisions = SloPolicy(PARAMS).decide(IDLE, IDLE, 0.0)
+    assert (decisions[PREFILL].replicas, decisions[DECODE].replicas) == (1, 1)
+    assert decisions[PREFILL].reason == "within targets"
+
+
+def test_prefill_grows_when_ttft_runs_over_its_budget():
+    # 0.3 s per prefill, 80% busy, p90 prefill TTFT 1.4 s against a 1 s target.
+    busy = pool(requests_per_s=2.7, busy=0.8, ttft_s=1.4)
+    decision = SloPolicy(PARAMS).decide(busy, IDLE, 0.0)[PREFILL]
+    assert decision.replicas >= 2
+    assert "over budget" in decision.reason
+
+
+def test_prefill_is_sized_by_its_queueing_model():
+    # S = 0.2 s per prompt, budget 1 s -> utilization at most 0.8 per replica;
+    # 2.0 engine-seconds per second of work need ceil(2.0 / 0.8) = 3 replicas.
+    decision = SloPolicy(PARAMS).decide(pool(requests_per_s=10, busy=2.0), IDLE, 0.0)[PREFILL]
+    assert decision.replicas == 3
+    assert "load needs 3" in decision.reason
+
+
+def test_decodes_share_of_ttft_tightens_the_prefill_budget():
+    policy = SloPolicy(PARAMS)
+    assert policy.ttft_budget_s(pool(ttft_s=0.4)) == 0.6
+    # S = 0.25 s; with the whole 1 s budget utilization 0.75 -> 1 replica holds 0.7 busy;
+    # with decode taking 0.5 s, utilization 0.5 -> 2 replicas.
+    prefill = pool(requests_per_s=2.8, busy=0.7)
+    assert policy.prefill_needed(prefill, policy.ttft_budget_s(IDLE)) == 1
+    assert policy.prefill_needed(prefill, policy.ttft_budget_s(pool(ttft_s=0.5))) == 2
+
+
+def test_decode_grows_on_tpot_and_not_on_prefill_load():
+    slow = pool(tpot_s=0.08, running=20)
+    decisions = SloPolicy(PARAMS).decide(IDLE, slow, 0.0)
+    assert decisions[DECODE].replicas == math.ceil(0.08 / 0.05)
+    assert "TPOT" in decisions[DECODE].reason
+    assert decisions[PREFILL].replicas == 1
+
+
+def test_decode_grows_on_kv_usage_or_waiting_requests():
+    assert SloPolicy(PARAMS).decide(IDLE, pool(kv_usage=0.9), 0.0)[DECODE].replicas == 2
+    assert SloPolicy(PARAMS).decide(IDLE, pool(waiting=3), 0.0)[DECODE].replicas == 2
+    # one request between two steps is not a queue
+    assert SloPolicy(PARAMS).decide(IDLE, pool(waiting=0.5), 0.0)[DECODE].replicas == 1
+
+
+def test_growth_waits_out_the_cooldown_and_respects_max():
+    policy = SloPolicy(PARAMS)
+    hot = pool(tpot_s=0.2, running=30)
+    # 5 s ticks, 10 s cooldown: 1 -> 4 at once (proportional model), then capped at max.
+    counts = run(policy, [(IDLE, hot)] * 4)
+    assert counts[0] == (1, 4)
+    assert all(c == (1, 4) for c in counts)
+    capped = policy.decide(IDLE, pool(replicas=4, tpot_s=0.2), 100.0)[DECODE]
+    assert capped.replicas == 4 and capped.reason.startswith("at max_replicas")
+
+    policy = SloPolicy(PARAMS)
+    warm = pool(tpot_s=0.06, running=10)
+    counts = run(policy, [(IDLE, warm)] * 4)
+    # grows 1 -> 2, cools down one tick (5 s < 10 s), grows again at 10 s
+    assert counts[:3] == [(1, 2), (1, 2), (1, 3)]
+
+
+def test_shrinks_one_step_after_a_calm_downscale_delay():
+    policy = SloPolicy(PARAMS)
+    busy = pool(requests_per_s=10, busy=2.0, ttft_s=0.3)
+    counts = run(policy, [(busy, IDLE)] + [(IDLE, IDLE)] * 20)
+    assert counts[0][0] == 3
+    # 30 s of calm after the change (ticks of 5 s): one replica less, then 30 s more.
+    first_drop = next(i for i, c in enumerate(counts) if c[0] == 2)
+    second_drop = next(i for i, c in enumerate(counts) if c[0] == 1)
+    assert first_drop * 5 >= 30
+    assert (second_drop - first_drop) * 5 >= 30
+    assert counts[-1] == (1, 1)
+
+
+def test_no_shrink_while_the_smaller_pool_would_miss_the_target():
+    policy = SloPolicy(PARAMS)
+    # two decode replicas at 30 ms: one would run at ~60 ms > 0.7 * 50 ms
+    steady = pool(tpot_s=0.03, running=16)
+    trace = [(IDLE, steady)] * 30
+    counts = []
+    d_now = 2
+    for i, (prefill, decode) in enumerate(trace):
+        decode = PoolSignals(**{**decode.__dict__, "replicas": d_now})
+        d_now = policy.decide(prefill, decode, i * 5.0)[DECODE].replicas
+        counts.append(d_now)
+    assert set(counts) == {2}
+
+
+def test_a_load_burst_resets_the_downscale_clock():
+    policy = SloPolicy(PARAMS)
+    calm = pool(replicas=2)
+    assert policy.decide(IDLE, calm, 0.0)[DECODE].replicas == 2
+    assert policy.decide(IDLE, pool(replicas=2, tpot_s=0.04), 20.0)[DECODE].replicas == 2
+    # calm again from 25 s: the delay counts from there, not from 0 s
+    assert policy.decide(IDLE, calm, 25.0)[DECODE].replicas == 2
+    assert policy.decide(IDLE, calm, 50.0)[DECODE].replicas == 2
+    assert policy.decide(IDLE, calm, 55.0)[DECODE].replicas == 1
+
+
+def test_the_ratio_bounds_grow_the_smaller_pool():
+    params = PolicyParams(ttft_s=1.0, tpot_s=0.05, max_prefill_per_decode=1.0)
+    busy = pool(requests_per_s=10, busy=2.0)
+    decisions = SloPolicy(params).decide(busy, IDLE, 0.0)
+    assert decisions[PREFILL].replicas == 3
+    assert decisions[DECODE].replicas == 3
+    assert "at most 1" in decisions[DECODE].reason
+
+
+def test_colocated_pool_answers_for_ttft_too():
+    decisions = SloPolicy(PARAMS).decide(None, pool(ttft_s=2.0), 0.0)
+    assert set(decisions) == {DECODE}
+    assert decisions[DECODE].replicas == 2 and "TTFT" in decisions[DECODE].reason
