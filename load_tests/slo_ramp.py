@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import random
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ import httpx
 import yaml
 
 from app.advice.goodput import SLO
+from app.advice.scaling_sim import ramp_arrival_times
 from app.config import SloConfig, serve_file_policy
 from load_tests.local_app import LocalApp
 from load_tests.run_conditions import machine
@@ -55,19 +57,6 @@ def ramp_workload(rng: random.Random, count: int, long_share: float = 0.3) -> li
         prompt = [rng.randrange(3, 1000) for _ in range(1536 if long else 128)]
         requests.append((prompt, 16 if long else 128))
     return requests
-
-
-def ramp_arrivals(rng: random.Random, phases: list[tuple[float, float]]) -> list[float]:
-    """Poisson arrival times (s) through ``phases`` of (seconds, requests per second)."""
-    times: list[float] = []
-    start = 0.0
-    for seconds, rate in phases:
-        t = start + rng.expovariate(rate)
-        while t < start + seconds:
-            times.append(t)
-            t += rng.expovariate(rate)
-        start += seconds
-    return times
 
 
 def default_policy_config(path: str, out: Path) -> Path:
@@ -161,7 +150,7 @@ def run_policy(
     name: str, config: Path, phases: list[tuple[float, float]], slo: SLO, args: argparse.Namespace
 ) -> dict[str, Any]:
     rng = random.Random(args.seed + 1)
-    arrivals = ramp_arrivals(rng, phases)
+    arrivals = ramp_arrival_times(rng, phases)
     requests = ramp_workload(random.Random(args.seed + 2), len(arrivals))
     with LocalApp(config, num_cpus=2) as app:
         sampler = ReplicaSampler(app.name)
@@ -263,20 +252,21 @@ def main() -> None:
     ]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    configs = {
-        "slo": Path(args.config),
-        "default": default_policy_config(args.config, out.with_suffix(".default.yaml")),
-    }
-    result: dict[str, Any] = {
-        "conditions": {
-            **vars(args),
-            "capacity_req_per_s": capacity,
-            "phases": phases,
-            "slo": slo_config.model_dump(),
-            "machine": machine(),
-        },
-        "policies": [run_policy(p, configs[p], phases, slo, args) for p in args.policies],
-    }
+    with tempfile.TemporaryDirectory() as tmp:
+        configs = {
+            "slo": Path(args.config),
+            "default": default_policy_config(args.config, Path(tmp) / "default.yaml"),
+        }
+        result: dict[str, Any] = {
+            "conditions": {
+                **vars(args),
+                "capacity_req_per_s": capacity,
+                "phases": phases,
+                "slo": slo_config.model_dump(),
+                "machine": machine(),
+            },
+            "policies": [run_policy(p, configs[p], phases, slo, args) for p in args.policies],
+        }
     out.write_text(json.dumps(result, indent=2))
     plot(result, args.plot)
     for run in result["policies"]:

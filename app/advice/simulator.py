@@ -174,6 +174,7 @@ class _PrefillReplica:
         self.queue: deque[_State] = deque()
         self.queued_tokens = 0
         self.busy = False
+        self.busy_s = 0.0  # seconds spent prefilling, batches counted as they start
 
     def add(self, state: _State) -> None:
         self.queue.append(state)
@@ -194,6 +195,7 @@ class _PrefillReplica:
             tokens += batch[-1].request.prompt_tokens
         self.queued_tokens -= tokens
         self.busy = True
+        self.busy_s += self.profile.prefill_s(tokens)
         self.clock.at(self.clock.now + self.profile.prefill_s(tokens), lambda: self._end(batch))
 
     def _end(self, batch: list[_State]) -> None:

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import yaml
 
+from app.advice.scaling_sim import ramp_arrival_times
 from app.config import AppConfig, serve_file_args, serve_file_policy
-from load_tests.slo_ramp import default_policy_config, ramp_arrivals
+from load_tests.slo_ramp import default_policy_config
 
 
 def test_ramp_arrivals_follow_each_phases_rate():
-    times = ramp_arrivals(random.Random(0), [(100, 2.0), (100, 8.0), (100, 2.0)])
+    times = ramp_arrival_times(random.Random(0), [(100, 2.0), (100, 8.0), (100, 2.0)])
     per_phase = [sum(1 for t in times if lo <= t < lo + 100) for lo in (0, 100, 200)]
     assert times == sorted(times) and times[-1] < 300
     assert 150 < per_phase[0] < 250 and 650 < per_phase[1] < 950 and 150 < per_phase[2] < 250

@@ -1,0 +1,274 @@
+"""The SLO autoscaling policy in the loop of the serving simulator.
+
+:func:`simulate_scaling` runs a workload through the discrete-event model of
+:mod:`app.advice.simulator` while pools change size: every ``tick_s`` it works out each
+pool's figures over the last ``window_s`` as the replicas report them on a real cluster
+(:mod:`app.autoscaling_stats`: requests per second, busy share, TTFT and TPOT at the
+policy's percentile, running and waiting requests), asks
+:class:`app.slo_policy.SloPolicy`, and applies the decision:
+
+- a new replica takes work ``startup_s`` after the decision (weights loaded, warm), and
+  its accelerators count from the decision;
+- a removed replica takes no new work, finishes what it holds, and counts until then.
+
+``cluster_replicas`` caps the two pools together (growth beyond it is trimmed, larger
+pool first). KV usage is not modelled (the simulator has no KV capacity): the policy sees
+0. Each accelerator-second is counted as ``accelerators_per_replica`` per replica-second.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from app.advice.engine_profile import EngineProfile
+from app.advice.goodput import SLO
+from app.advice.simulator import (
+    SimRequest,
+    Topology,
+    _Clock,
+    _DecodeReplica,
+    _Link,
+    _PrefillReplica,
+    _State,
+)
+from app.slo_policy import DECODE, PREFILL, PoolSignals, SloPolicy
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    start: tuple[int, int]  # (prefill, decode) replicas at t = 0
+    bounds: tuple[int, int] = (1, 8)  # per pool (min, max)
+    cluster_replicas: int = 8
+    accelerators_per_replica: int = 2
+    tick_s: float = 10.0
+    window_s: float = 30.0
+    startup_s: float = 60.0
+    percentile: float = 90.0
+
+
+@dataclass
+class ScalingRun:
+    ttft: list[float]
+    tpot: list[float]
+    accelerator_seconds: float
+    timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (t, P, D) active
+
+    def attainment(self, slo: SLO) -> float:
+        met = sum(
+            1
+            for ttft, tpot in zip(self.ttft, self.tpot, strict=True)
+            if ttft <= slo.ttft_s and (math.isnan(tpot) or tpot <= slo.tpot_s)
+        )
+        return met / len(self.ttft) if self.ttft else 0.0
+
+
+Replica = _PrefillReplica | _DecodeReplica
+R = TypeVar("R", _PrefillReplica, _DecodeReplica)
+
+
+@dataclass
+class _Pool(Generic[R]):
+    """Replicas that take work, replicas on their way, and replicas draining."""
+
+    active: list[R] = field(default_factory=list)
+    starting: int = 0
+    draining: list[R] = field(default_factory=list)
+
+    @property
+    def target(self) -> int:
+        return len(self.active) + self.starting
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def simulate_scaling(
+    requests: list[SimRequest],
+    profile: EngineProfile,
+    topology: Topology,
+    config: ScalingConfig,
+    policy: SloPolicy | None,
+) -> ScalingRun:
+    """TTFT and TPOT of every request (in the order given), with ``policy`` resizing the
+    pools (None: they stay at ``config.start``)."""
+    clock = _Clock()
+    prefill: _Pool[_PrefillReplica] = _Pool()
+    decode: _Pool[_DecodeReplica] = _Pool()
+    states = [_State(r, r.prompt_tokens) for r in requests]
+    prefilled_at: dict[int, float] = {}
+    link = _Link(clock, topology)
+
+    def to_decode(state: _State) -> None:
+        min(decode.active, key=lambda d: d.load).add(state)
+
+    def prefill_done(state: _State) -> None:
+        prefilled_at[id(state)] = clock.now
+        link.send(state, to_decode)
+
+    def new_prefill() -> _PrefillReplica:
+        return _PrefillReplica(clock, profile, topology, prefill_done)
+
+    def new_decode() -> _DecodeReplica:
+        return _DecodeReplica(clock, profile, topology)
+
+    prefill.active = [new_prefill() for _ in range(config.start[0])]
+    decode.active = [new_decode() for _ in range(config.start[1])]
+
+    def arrive(state: _State) -> None:
+        if prefill.active and state.request.prompt_tokens >= topology.local_prefill_below_tokens:
+            state.remote = True
+            min(prefill.active, key=lambda p: p.queued_tokens).add(state)
+        else:
+            to_decode(state)
+
+    for state in states:
+        clock.at(state.request.arrival, lambda s=state: arrive(s))  # type: ignore[misc]
+
+    end = max((r.arrival for r in requests), default=0.0)
+    run = ScalingRun([], [], 0.0)
+    replica_seconds = [0.0]
+    last_tick = [0.0]
+    busy_seen: dict[int, float] = {}
+
+    def account(now: float) -> None:
+        counted = sum(p.target + len(p.draining) for p in (prefill, decode))
+        replica_seconds[0] += counted * (now - last_tick[0])
+        last_tick[0] = now
+        prefill.draining = [r for r in prefill.draining if _holds_work(r)]
+        decode.draining = [r for r in decode.draining if _holds_work(r)]
+
+    def signals(now: float) -> tuple[PoolSignals, PoolSignals]:
+        # Rates and busy share over the last tick; percentiles over the window.
+        since, recent = now - config.window_s, now - config.tick_s
+        q = config.percentile / 100
+        remote_done = [
+            s for s in states if s.remote and since < prefilled_at.get(id(s), -math.inf) <= now
+        ]
+        remote_recent = [s for s in remote_done if prefilled_at[id(s)] > recent]
+        busy = 0.0
+        for replica in prefill.active + prefill.draining:
+            total = replica.busy_s
+            busy += total - busy_seen.get(id(replica), 0.0)
+            busy_seen[id(replica)] = total
+        first = [s for s in states if since < s.first_token <= now]
+        finished = [s for s in states if since < s.finished <= now and s.request.output_tokens > 1]
+        decode_ttft = [s.first_token - prefilled_at.get(id(s), s.request.arrival) for s in first]
+        pools = config.bounds
+        running = sum(len(d.running) for d in decode.active)
+        # Waiting for a batch slot: on replicas whose batch is full.
+        waiting = sum(
+            len(d.waiting) for d in decode.active if len(d.running) >= topology.max_num_seqs
+        )
+        p = PoolSignals(
+            replicas=prefill.target,
+            min_replicas=pools[0],
+            max_replicas=pools[1],
+            requests_per_s=len(remote_recent) / config.tick_s,
+            busy=busy / config.tick_s,
+            ttft_s=_quantile([prefilled_at[id(s)] - s.request.arrival for s in remote_done], q),
+        )
+        d = PoolSignals(
+            replicas=decode.target,
+            min_replicas=pools[0],
+            max_replicas=pools[1],
+            requests_per_s=len(first) / config.window_s,
+            ttft_s=_quantile(decode_ttft, q),
+            tpot_s=_quantile(
+                [(s.finished - s.first_token) / (s.request.output_tokens - 1) for s in finished], q
+            ),
+            running=running,
+            waiting=waiting,
+        )
+        return p, d
+
+    def resize(pool: _Pool[R], make: Callable[[], R], wanted: int, now: float) -> None:
+        def ready() -> None:
+            pool.starting -= 1
+            pool.active.append(make())
+
+        while pool.target < wanted:
+            pool.starting += 1
+            clock.at(now + config.startup_s, ready)
+        while pool.target > wanted and len(pool.active) > 1:
+            idlest = min(pool.active, key=_load)
+            pool.active.remove(idlest)
+            pool.draining.append(idlest)
+
+    def tick() -> None:
+        now = clock.now
+        account(now)
+        p, d = signals(now)
+        run.timeline.append((now, len(prefill.active), len(decode.active)))
+        if policy is not None:
+            decisions = policy.decide(p, d, now)
+            wanted_p, wanted_d = decisions[PREFILL].replicas, decisions[DECODE].replicas
+            while wanted_p + wanted_d > config.cluster_replicas:
+                grown_p, grown_d = wanted_p - p.replicas, wanted_d - d.replicas
+                if grown_p >= grown_d and wanted_p > 1:
+                    wanted_p -= 1
+                elif wanted_d > 1:
+                    wanted_d -= 1
+                else:
+                    break
+            resize(prefill, new_prefill, wanted_p, now)
+            resize(decode, new_decode, wanted_d, now)
+        replicas: list[Replica] = [*prefill.active, *decode.active]
+        if now < end or any(_holds_work(r) for r in replicas):
+            clock.at(now + config.tick_s, tick)
+
+    # Busy seconds per tick: the first tick's reference is t = 0.
+    for replica in prefill.active:
+        busy_seen[id(replica)] = 0.0
+    clock.at(config.tick_s, tick)
+    clock.run()
+    run.accelerator_seconds = replica_seconds[0] * config.accelerators_per_replica
+    for state in states:
+        overhead = profile.overhead_s + (profile.disaggregated_overhead_s if state.remote else 0)
+        run.ttft.append(state.first_token - state.request.arrival + overhead)
+        out = state.request.output_tokens
+        run.tpot.append((state.finished - state.first_token) / (out - 1) if out > 1 else math.nan)
+    return run
+
+
+def _load(replica: Replica) -> float:
+    if isinstance(replica, _PrefillReplica):
+        return replica.queued_tokens + (1 if replica.busy else 0)
+    return replica.load
+
+
+def _holds_work(replica: Replica) -> bool:
+    if isinstance(replica, _PrefillReplica):
+        return replica.busy or bool(replica.queue)
+    return replica.busy or replica.load > 0
+
+
+def ramp_arrival_times(rng: random.Random, phases: Sequence[tuple[float, float]]) -> list[float]:
+    """Poisson arrival times (s) through ``phases`` of (seconds, requests per second)."""
+    times: list[float] = []
+    start = 0.0
+    for seconds, rate in phases:
+        t = start + rng.expovariate(rate)
+        while t < start + seconds:
+            times.append(t)
+            t += rng.expovariate(rate)
+        start += seconds
+    return times
+
+
+def ramp_requests(
+    phases: Sequence[tuple[float, float]],
+    lengths: Callable[[int], tuple[int, int]],
+    seed: int = 0,
+) -> list[SimRequest]:
+    """Requests arriving through ``phases``; ``lengths(i)`` gives the i-th one's (prompt,
+    output) tokens."""
+    times = ramp_arrival_times(random.Random(seed), phases)
+    return [SimRequest(t, *lengths(i)) for i, t in enumerate(times)]

@@ -1,0 +1,151 @@
+"""The load ramp beyond one machine: a 16-GPU cluster serving a 70B-class model, in the
+planner's simulator with the SLO policy in the loop (docs/autoscaling.md). Simulated,
+not measured.
+
+    .venv/bin/python -m load_tests.simulated_ramp [--out docs/simulated_ramp.json]
+
+The engine profile is a roofline estimate, not a measurement (its assumptions are in the
+output): a Llama-3-70B-shaped model (70.6 B parameters, BF16, 320 KiB of KV per token)
+on H200s (989 dense BF16 TFLOP/s, 4.8 TB/s), two GPUs per replica (tensor parallel), so
+8 replicas; prefill at 50% of peak compute, decode steps reading the weights at 70% of
+peak bandwidth plus each sequence's KV and compute. The workload and the SLO are the
+measured ramp's (load_tests.slo_ramp, serve_configs/autoscaling.yaml): 30% 1,536-token
+prompts with 16 output tokens, 70% 128 in / 128 out; the ramp's three phases at a
+quarter, all, and a quarter of the best fixed split's goodput (the 4x swing of
+0.5x -> 2x -> 0.5x of one pair, its peak being what the whole cluster can serve).
+
+Compared: every fixed prefill:decode split of the 8 replicas, and the SLO policy starting
+from 1P:1D (bounds 1..7 per pool, 8 in all, a new replica serving 60 s after the
+decision). Reported: SLO attainment and GPU-seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from app.advice.engine_profile import EngineProfile
+from app.advice.goodput import SLO
+from app.advice.planner import goodput
+from app.advice.scaling_sim import ScalingConfig, ramp_requests, simulate_scaling
+from app.advice.simulator import Topology
+from app.config import SloConfig
+from app.slo_policy import PolicyParams, SloPolicy
+
+ASSUMPTIONS: dict[str, Any] = {
+    "model": "Llama-3-70B-shaped: 70.6e9 parameters, BF16, 80 layers x 8 KV heads x 128",
+    "gpu": "H200: 989e12 dense BF16 FLOP/s, 4.8e12 B/s",
+    "gpus_per_replica": 2,
+    "replicas": 8,
+    "prefill_mfu": 0.5,
+    "decode_mbu": 0.7,
+    "decode_context_tokens": 1000,
+    "step_overhead_s": 0.005,
+    "kv_link_gbps": 400,
+    "startup_s": 60,
+}
+
+
+def roofline_profile(a: dict[str, Any] = ASSUMPTIONS) -> EngineProfile:
+    params, flops, bandwidth = 70.6e9, 989e12, 4.8e12
+    gpus = a["gpus_per_replica"]
+    per_token_prefill = 2 * params / (gpus * flops * a["prefill_mfu"])
+    weights_s = 2 * params / (gpus * bandwidth * a["decode_mbu"])
+    kv_per_seq = a["decode_context_tokens"] * 327_680 / (gpus * bandwidth * a["decode_mbu"])
+    compute_per_seq = 2 * params / (gpus * flops * a["prefill_mfu"])
+    overhead = a["step_overhead_s"]
+    return EngineProfile(
+        prefill=[(0, overhead), (16_384, overhead + 16_384 * per_token_prefill)],
+        decode=[(b, overhead + weights_s + b * (kv_per_seq + compute_per_seq)) for b in (1, 256)],
+        conditions={"roofline": a},
+    )
+
+
+def lengths(seed: int) -> Any:
+    rng = random.Random(seed)
+    return lambda _: (1536, 16) if rng.random() < 0.3 else (128, 128)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="serve_configs/autoscaling.yaml")
+    parser.add_argument("--low-s", type=float, default=150.0)
+    parser.add_argument("--high-s", type=float, default=240.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="load_tests/results/simulated_ramp.json")
+    args = parser.parse_args()
+    slo_config = SloConfig.from_serve_file(args.config)
+    slo = SLO(slo_config.ttft_s, slo_config.tpot_s)
+    profile = roofline_profile()
+    replicas = ASSUMPTIONS["replicas"]
+    # Prompts under 512 tokens are prefilled on decode, as splitserve's router does.
+    kv: dict[str, Any] = {
+        "kv_bytes_per_token": 327_680,
+        "link_gbps": ASSUMPTIONS["kv_link_gbps"],
+        "local_prefill_below_tokens": 512,
+    }
+    splits = [Topology(p, replicas - p, **kv) for p in range(1, replicas)]
+    workload = [lengths(args.seed)(i) for i in range(400)]
+    peak = max(
+        goodput(profile, t, workload, slo.ttft_s, slo.tpot_s, slo_config.attainment).goodput
+        for t in splits
+    )
+    phases = [(args.low_s, peak / 4), (args.high_s, peak), (args.low_s, peak / 4)]
+    requests = ramp_requests(phases, lengths(args.seed + 1), seed=args.seed)
+    gpus = ASSUMPTIONS["gpus_per_replica"]
+    rows = []
+    for topology in splits:
+        fixed = (topology.prefill_replicas, topology.decode_replicas)
+        config = ScalingConfig(start=fixed, accelerators_per_replica=gpus)
+        run = simulate_scaling(requests, profile, topology, config, None)
+        rows.append(
+            {
+                "policy": f"fixed {fixed[0]}P:{fixed[1]}D",
+                "attainment": run.attainment(slo),
+                "gpu_seconds": run.accelerator_seconds,
+            }
+        )
+    params = PolicyParams(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)
+    config = ScalingConfig(
+        start=(1, 1),
+        bounds=(1, replicas - 1),
+        cluster_replicas=replicas,
+        accelerators_per_replica=gpus,
+        startup_s=ASSUMPTIONS["startup_s"],
+        percentile=slo_config.percentile,
+    )
+    topology = Topology(1, 1, **kv)
+    run = simulate_scaling(requests, profile, topology, config, SloPolicy(params))
+    rows.append(
+        {
+            "policy": "SLO policy",
+            "attainment": run.attainment(slo),
+            "gpu_seconds": run.accelerator_seconds,
+            "timeline": run.timeline,
+        }
+    )
+    result = {
+        "simulated": True,
+        "assumptions": ASSUMPTIONS,
+        "profile": {"prefill": profile.prefill, "decode": profile.decode},
+        "slo": slo_config.model_dump(),
+        "cluster_goodput_req_per_s": peak,
+        "phases": phases,
+        "requests": len(requests),
+        "runs": rows,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(f"cluster goodput {peak:.1f} req/s; ramp {phases}; {len(requests)} requests")
+    for row in rows:
+        print(
+            f"{row['policy']:>20}: attainment {row['attainment']:.1%}, "
+            f"GPU-s {row['gpu_seconds']:.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""The SLO policy in the simulator's loop (app.advice.scaling_sim)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.advice.engine_profile import EngineProfile
+from app.advice.goodput import SLO
+from app.advice.scaling_sim import ScalingConfig, ramp_requests, simulate_scaling
+from app.advice.simulator import Topology, simulate
+from app.slo_policy import PolicyParams, SloPolicy
+
+# Prefill: 20 ms + 0.1 ms per token; decode: 10 ms per step + 1 ms per sequence.
+PROFILE = EngineProfile(prefill=[(0, 0.02), (10_000, 1.02)], decode=[(1, 0.011), (64, 0.074)])
+TOPOLOGY = Topology(1, 1, max_num_seqs=64)
+SLO_ = SLO(ttft_s=1.0, tpot_s=0.03)
+
+
+def lengths(i: int) -> tuple[int, int]:
+    return (2000, 4) if i % 4 == 0 else (200, 100)
+
+
+def test_without_a_policy_it_is_the_fixed_simulator():
+    requests = ramp_requests([(60, 4.0)], lengths, seed=1)
+    fixed = simulate(requests, PROFILE, Topology(2, 3, max_num_seqs=64))
+    run = simulate_scaling(
+        requests, PROFILE, Topology(2, 3, max_num_seqs=64), ScalingConfig(start=(2, 3)), None
+    )
+    assert [o.ttft for o in fixed] == run.ttft
+    assert [o.tpot for o in fixed] == pytest.approx(run.tpot, nan_ok=True)
+    # 5 replicas x 2 accelerators, from 0 until the work is done (a tick after it).
+    finished = max(r.arrival for r in requests)
+    assert 10 * finished <= run.accelerator_seconds <= 10 * (finished + 60)
+
+
+def test_the_policy_follows_a_ramp_up_and_down():
+    phases = [(120, 2.0), (240, 12.0), (240, 2.0)]
+    requests = ramp_requests(phases, lengths, seed=2)
+    params = PolicyParams(
+        ttft_s=SLO_.ttft_s, tpot_s=SLO_.tpot_s, upscale_cooldown_s=20, downscale_delay_s=60
+    )
+    config = ScalingConfig(start=(1, 1), bounds=(1, 6), cluster_replicas=8, startup_s=30)
+    scaled = simulate_scaling(requests, PROFILE, TOPOLOGY, config, SloPolicy(params))
+    small = simulate_scaling(requests, PROFILE, TOPOLOGY, config, None)
+    peak = max(p + d for _, p, d in scaled.timeline)
+    at_end = scaled.timeline[-1]
+    assert peak > 2, "the 6x step must grow the pools"
+    assert at_end[1] + at_end[2] < peak, "and they must shrink after it"
+    assert scaled.attainment(SLO_) > small.attainment(SLO_) + 0.1
+    # cheaper than holding the peak size all along
+    duration = scaled.timeline[-1][0]
+    assert scaled.accelerator_seconds < peak * 2 * duration
+    assert not any(math.isnan(t) for t in scaled.ttft)
