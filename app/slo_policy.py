@@ -8,7 +8,7 @@ treated as a single-server queue: with service time S per prompt (busy seconds p
 prefill) and utilization u, a prompt spends about S / (1 - u) there, so meeting the
 budget B needs u ≤ 1 - S / B, and the pool needs ceil(busy / (1 - S / B)) replicas, where
 busy is the pool's engine-seconds per second. A measured TTFT over the budget grows the
-pool by at least one.
+pool in proportion (at least one more).
 
 **Decode** is sized against the TPOT target, with TPOT taken as proportional to the
 batch per replica (conservative: the fixed per-step cost does not shrink with the
@@ -59,8 +59,15 @@ class PolicyParams:
     kv_target: float = 0.85
     min_prefill_per_decode: float | None = None
     max_prefill_per_decode: float | None = None
-    # A prefill engine's utilization never planned above this, however loose the budget.
+    # A prefill engine's utilization never planned above this, however loose the budget
+    # (nor below half of it, however tight).
     max_utilization: float = 0.9
+    # Decode's part of TTFT (the KV's arrival and the first step, or a local prefill)
+    # counts against prefill's budget up to this share of the target; beyond it, decode
+    # grows.
+    decode_ttft_share: float = 0.5
+    # The most replicas both pools may hold together (a cluster's size); None: no bound.
+    max_total_replicas: int | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,7 @@ class SloPolicy:
         if prefill is not None:
             decisions[PREFILL] = self._prefill(prefill, decode, now_s)
             decisions = self._keep_ratio(decisions, prefill, decode)
+            decisions = self._fit_cluster(decisions, prefill, decode)
         for pool, decision in decisions.items():
             current = (prefill if pool == PREFILL else decode).replicas  # type: ignore[union-attr]
             memory = self.memory.setdefault(pool, PoolMemory())
@@ -107,19 +115,19 @@ class SloPolicy:
     # --- prefill ---
 
     def ttft_budget_s(self, decode: PoolSignals) -> float:
-        """The TTFT target less decode's share (at least a tenth of the target)."""
-        spent = decode.ttft_s or 0.0
-        return max(self.params.ttft_s - spent, 0.1 * self.params.ttft_s)
+        """The TTFT target less decode's share of it, which counts for at most
+        ``decode_ttft_share`` of the target (beyond that, decode is what must grow)."""
+        spent = min(decode.ttft_s or 0.0, self.params.decode_ttft_share * self.params.ttft_s)
+        return self.params.ttft_s - spent
 
     def prefill_needed(self, pool: PoolSignals, budget_s: float) -> int:
-        """Replicas for the pool's load to meet ``budget_s`` (queueing model)."""
+        """Replicas for the pool's load to meet ``budget_s`` (queueing model). When one
+        prefill alone takes about the budget, more replicas cannot make it faster: then
+        only enough to keep up at half of ``max_utilization``."""
         if pool.requests_per_s <= 0 or pool.busy <= 0:
             return 0
-        service_s = pool.busy / pool.requests_per_s
-        utilization = min(self.params.max_utilization, 1 - service_s / budget_s)
-        if utilization <= 0.05:  # one prefill alone takes about the budget
-            return pool.max_replicas
-        return math.ceil(pool.busy / utilization)
+        utilization = min(self.params.max_utilization, 1 - self._service(pool) / budget_s)
+        return math.ceil(pool.busy / max(utilization, self.params.max_utilization / 2))
 
     def _prefill(self, pool: PoolSignals, decode: PoolSignals, now_s: float) -> Decision:
         budget = self.ttft_budget_s(decode)
@@ -127,8 +135,9 @@ class SloPolicy:
         reasons = []
         if needed > pool.replicas:
             reasons.append(f"load needs {needed} for a TTFT budget of {budget * 1e3:.0f} ms")
-        if pool.ttft_s is not None and pool.ttft_s > budget:
-            needed = max(needed, pool.replicas + 1)
+        # Over budget through queueing (not because one prefill takes that long).
+        if pool.ttft_s is not None and pool.ttft_s > budget > self._service(pool):
+            needed = max(needed, _proportional(pool.replicas, pool.ttft_s / budget))
             reasons.append(
                 f"prefill TTFT {pool.ttft_s * 1e3:.0f} ms over budget {budget * 1e3:.0f} ms"
             )
@@ -163,13 +172,15 @@ class SloPolicy:
             needed = max(needed, pool.replicas + 1)
             reasons.append(f"KV usage {pool.kv_usage:.0%} over {self.params.kv_target:.0%}")
         if pool.waiting >= max(1, pool.replicas):
-            needed = max(needed, pool.replicas + 1)
+            # The batch the pool holds now, grown to take the queue too.
+            demand = (pool.running + pool.waiting) / max(pool.running, 1.0)
+            needed = max(needed, _proportional(pool.replicas, demand))
             reasons.append(f"{pool.waiting:.0f} requests waiting for a batch slot")
-        if colocated and pool.ttft_s is not None and pool.ttft_s > self.params.ttft_s:
-            needed = max(needed, pool.replicas + 1)
-            reasons.append(
-                f"TTFT {pool.ttft_s * 1e3:.0f} ms over {self.params.ttft_s * 1e3:.0f} ms"
-            )
+        ttft_share = self.params.ttft_s * (1 if colocated else self.params.decode_ttft_share)
+        if pool.ttft_s is not None and pool.ttft_s > ttft_share:
+            needed = max(needed, _proportional(pool.replicas, pool.ttft_s / ttft_share))
+            what = "TTFT" if colocated else "decode's TTFT"
+            reasons.append(f"{what} {pool.ttft_s * 1e3:.0f} ms over {ttft_share * 1e3:.0f} ms")
         if reasons:
             return self._grow(DECODE, pool, needed, "; ".join(reasons), now_s)
         smaller = pool.replicas - 1
@@ -181,8 +192,8 @@ class SloPolicy:
             and (pool.tpot_s is None or pool.tpot_s * scale <= headroom * target)
             and pool.kv_usage * scale <= headroom * self.params.kv_target
         )
-        if colocated and pool.ttft_s is not None:
-            fits = fits and pool.ttft_s * scale <= headroom * self.params.ttft_s
+        if pool.ttft_s is not None:
+            fits = fits and pool.ttft_s * scale <= headroom * ttft_share
         return self._shrink_or_hold(
             DECODE, pool, fits, f"{smaller} would meet the TPOT target", now_s
         )
@@ -194,7 +205,8 @@ class SloPolicy:
     ) -> Decision:
         memory = self.memory.setdefault(name, PoolMemory())
         memory.shrink_ok_since_s = None
-        wanted = min(needed, pool.max_replicas)
+        # At most double per decision: the signals lag, and new replicas take a while.
+        wanted = min(needed, pool.max_replicas, 2 * max(pool.replicas, 1))
         if wanted <= pool.replicas:
             return Decision(pool.replicas, f"at max_replicas ({pool.max_replicas}): {reason}")
         if now_s - memory.last_change_s < self.params.upscale_cooldown_s:
@@ -232,3 +244,58 @@ class SloPolicy:
             if grown > p.replicas:
                 p = Decision(grown, f"prefill:decode at least {least:g}")
         return {PREFILL: p, DECODE: d}
+
+    def _fit_cluster(
+        self, decisions: dict[str, Decision], prefill: PoolSignals, decode: PoolSignals
+    ) -> dict[str, Decision]:
+        """Within ``max_total_replicas``: the pool that misses its own target gets what
+        it asks for first (decode when both do: prefill's output waits on it); the other
+        gives back replicas, at once, down to what keeps up with its load (its floor)."""
+        cap = self.params.max_total_replicas
+        if cap is None or decisions[PREFILL].replicas + decisions[DECODE].replicas <= cap:
+            return decisions
+        decode_first = self._decode_over(decode) or not self._prefill_over(prefill, decode)
+        first, second = (DECODE, PREFILL) if decode_first else (PREFILL, DECODE)
+        floors = {PREFILL: self._prefill_floor(prefill), DECODE: self._decode_floor(decode)}
+        wanted = decisions[first].replicas
+        granted = min(wanted, cap - floors[second])
+        rest = max(floors[second], min(decisions[second].replicas, cap - granted))
+        note = f"the cluster holds {cap}"
+        return {
+            first: decisions[first]
+            if granted == wanted
+            else Decision(granted, f"{decisions[first].reason}; {note}"),
+            second: decisions[second]
+            if rest == decisions[second].replicas
+            else Decision(rest, f"{first} needs room ({note})"),
+        }
+
+    def _prefill_floor(self, pool: PoolSignals) -> int:
+        """Prefill replicas that keep up with the arrivals, latency aside."""
+        keep_up = math.ceil(pool.busy / self.params.max_utilization) if pool.busy else 0
+        return min(pool.replicas, max(pool.min_replicas, keep_up))
+
+    def _decode_floor(self, pool: PoolSignals) -> int:
+        """Decode replicas that would still meet the TPOT target (proportional model)."""
+        if pool.tpot_s is None:
+            return min(pool.replicas, max(pool.min_replicas, 1 if pool.running else 0))
+        needed = math.ceil(pool.replicas * pool.tpot_s / self.params.tpot_s)
+        return min(pool.replicas, max(pool.min_replicas, needed))
+
+    def _decode_over(self, pool: PoolSignals) -> bool:
+        share = self.params.decode_ttft_share * self.params.ttft_s
+        return bool(
+            (pool.tpot_s is not None and pool.tpot_s > self.params.tpot_s)
+            or pool.kv_usage > self.params.kv_target
+            or pool.waiting >= max(1, pool.replicas)
+            or (pool.ttft_s is not None and pool.ttft_s > share)
+        )
+
+    def _prefill_over(self, pool: PoolSignals, decode: PoolSignals) -> bool:
+        budget = self.ttft_budget_s(decode)
+        return pool.ttft_s is not None and pool.ttft_s > budget
+
+
+def _proportional(replicas: int, over: float) -> int:
+    """Replicas for a signal ``over`` times its target: scaled by it, at least one more."""
+    return max(replicas + 1, math.ceil(replicas * over))

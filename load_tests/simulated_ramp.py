@@ -10,9 +10,10 @@ on H200s (989 dense BF16 TFLOP/s, 4.8 TB/s), two GPUs per replica (tensor parall
 8 replicas; prefill at 50% of peak compute, decode steps reading the weights at 70% of
 peak bandwidth plus each sequence's KV and compute. The workload and the SLO are the
 measured ramp's (load_tests.slo_ramp, serve_configs/autoscaling.yaml): 30% 1,536-token
-prompts with 16 output tokens, 70% 128 in / 128 out; the ramp's three phases at a
-quarter, all, and a quarter of the best fixed split's goodput (the 4x swing of
-0.5x -> 2x -> 0.5x of one pair, its peak being what the whole cluster can serve).
+prompts with 16 output tokens, 70% 128 in / 128 out. The ramp's three phases run at a
+quarter of the peak, the peak, and a quarter again (the 4x swing of 0.5x -> 2x -> 0.5x
+of one pair), the peak at ``--peak-share`` of the best fixed split's goodput: what the
+whole cluster can serve.
 
 Compared: every fixed prefill:decode split of the 8 replicas, and the SLO policy starting
 from 1P:1D (bounds 1..7 per pool, 8 in all, a new replica serving 60 s after the
@@ -74,6 +75,13 @@ def main() -> None:
     parser.add_argument("--config", default="serve_configs/autoscaling.yaml")
     parser.add_argument("--low-s", type=float, default=150.0)
     parser.add_argument("--high-s", type=float, default=240.0)
+    parser.add_argument(
+        "--peak-share",
+        type=float,
+        default=0.8,
+        help="the ramp's peak as a share of the best fixed split's goodput (which the "
+        "planner finds over 60 s of arrivals; the peak lasts longer)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="load_tests/results/simulated_ramp.json")
     args = parser.parse_args()
@@ -88,12 +96,14 @@ def main() -> None:
         "local_prefill_below_tokens": 512,
     }
     splits = [Topology(p, replicas - p, **kv) for p in range(1, replicas)]
-    workload = [lengths(args.seed)(i) for i in range(400)]
+    mix = lengths(args.seed)
+    workload = [mix(i) for i in range(400)]
     peak = max(
         goodput(profile, t, workload, slo.ttft_s, slo.tpot_s, slo_config.attainment).goodput
         for t in splits
     )
-    phases = [(args.low_s, peak / 4), (args.high_s, peak), (args.low_s, peak / 4)]
+    high = args.peak_share * peak
+    phases = [(args.low_s, high / 4), (args.high_s, high), (args.low_s, high / 4)]
     requests = ramp_requests(phases, lengths(args.seed + 1), seed=args.seed)
     gpus = ASSUMPTIONS["gpus_per_replica"]
     rows = []
@@ -108,11 +118,10 @@ def main() -> None:
                 "gpu_seconds": run.accelerator_seconds,
             }
         )
-    params = PolicyParams(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)
+    params = PolicyParams(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s, max_total_replicas=replicas)
     config = ScalingConfig(
         start=(1, 1),
         bounds=(1, replicas - 1),
-        cluster_replicas=replicas,
         accelerators_per_replica=gpus,
         startup_s=ASSUMPTIONS["startup_s"],
         percentile=slo_config.percentile,

@@ -11,9 +11,9 @@ policy's percentile, running and waiting requests), asks
   its accelerators count from the decision;
 - a removed replica takes no new work, finishes what it holds, and counts until then.
 
-``cluster_replicas`` caps the two pools together (growth beyond it is trimmed, larger
-pool first). KV usage is not modelled (the simulator has no KV capacity): the policy sees
-0. Each accelerator-second is counted as ``accelerators_per_replica`` per replica-second.
+The policy's ``max_total_replicas`` caps the two pools together. KV usage is not
+modelled (the simulator has no KV capacity): the policy sees 0. Each replica-second
+counts ``accelerators_per_replica`` accelerator-seconds.
 """
 
 from __future__ import annotations
@@ -42,10 +42,9 @@ from app.slo_policy import DECODE, PREFILL, PoolSignals, SloPolicy
 class ScalingConfig:
     start: tuple[int, int]  # (prefill, decode) replicas at t = 0
     bounds: tuple[int, int] = (1, 8)  # per pool (min, max)
-    cluster_replicas: int = 8
     accelerators_per_replica: int = 2
     tick_s: float = 10.0
-    window_s: float = 30.0
+    window_s: float = 10.0
     startup_s: float = 60.0
     percentile: float = 90.0
 
@@ -210,14 +209,6 @@ def simulate_scaling(
         if policy is not None:
             decisions = policy.decide(p, d, now)
             wanted_p, wanted_d = decisions[PREFILL].replicas, decisions[DECODE].replicas
-            while wanted_p + wanted_d > config.cluster_replicas:
-                grown_p, grown_d = wanted_p - p.replicas, wanted_d - d.replicas
-                if grown_p >= grown_d and wanted_p > 1:
-                    wanted_p -= 1
-                elif wanted_d > 1:
-                    wanted_d -= 1
-                else:
-                    break
             resize(prefill, new_prefill, wanted_p, now)
             resize(decode, new_decode, wanted_d, now)
         replicas: list[Replica] = [*prefill.active, *decode.active]

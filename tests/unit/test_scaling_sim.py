@@ -39,9 +39,13 @@ def test_the_policy_follows_a_ramp_up_and_down():
     phases = [(120, 2.0), (240, 12.0), (240, 2.0)]
     requests = ramp_requests(phases, lengths, seed=2)
     params = PolicyParams(
-        ttft_s=SLO_.ttft_s, tpot_s=SLO_.tpot_s, upscale_cooldown_s=20, downscale_delay_s=60
+        ttft_s=SLO_.ttft_s,
+        tpot_s=SLO_.tpot_s,
+        upscale_cooldown_s=20,
+        downscale_delay_s=60,
+        max_total_replicas=8,
     )
-    config = ScalingConfig(start=(1, 1), bounds=(1, 6), cluster_replicas=8, startup_s=30)
+    config = ScalingConfig(start=(1, 1), bounds=(1, 6), startup_s=30)
     scaled = simulate_scaling(requests, PROFILE, TOPOLOGY, config, SloPolicy(params))
     small = simulate_scaling(requests, PROFILE, TOPOLOGY, config, None)
     peak = max(p + d for _, p, d in scaled.timeline)

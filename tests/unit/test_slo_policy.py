@@ -49,9 +49,12 @@ def test_prefill_grows_when_ttft_runs_over_its_budget():
 def test_prefill_is_sized_by_its_queueing_model():
     # S = 0.2 s per prompt, budget 1 s -> utilization at most 0.8 per replica;
     # 2.0 engine-seconds per second of work need ceil(2.0 / 0.8) = 3 replicas.
-    decision = SloPolicy(PARAMS).decide(pool(requests_per_s=10, busy=2.0), IDLE, 0.0)[PREFILL]
+    decision = SloPolicy(PARAMS).decide(pool(2, requests_per_s=10, busy=2.0), IDLE, 0.0)[PREFILL]
     assert decision.replicas == 3
     assert "load needs 3" in decision.reason
+    # from one replica, at most twice as many per decision (the signals lag)
+    decision = SloPolicy(PARAMS).decide(pool(requests_per_s=10, busy=2.0), IDLE, 0.0)[PREFILL]
+    assert decision.replicas == 2 and "load needs 3" in decision.reason
 
 
 def test_decodes_share_of_ttft_tightens_the_prefill_budget():
@@ -82,10 +85,10 @@ def test_decode_grows_on_kv_usage_or_waiting_requests():
 def test_growth_waits_out_the_cooldown_and_respects_max():
     policy = SloPolicy(PARAMS)
     hot = pool(tpot_s=0.2, running=30)
-    # 5 s ticks, 10 s cooldown: 1 -> 4 at once (proportional model), then capped at max.
-    counts = run(policy, [(IDLE, hot)] * 4)
-    assert counts[0] == (1, 4)
-    assert all(c == (1, 4) for c in counts)
+    # 5 s ticks, 10 s cooldown: the proportional model asks for 4 at once; it doubles
+    # per decision, 1 -> 2, cools down, 2 -> 4, and stays at max.
+    counts = run(policy, [(IDLE, hot)] * 5)
+    assert counts == [(1, 2), (1, 2), (1, 4), (1, 4), (1, 4)]
     capped = policy.decide(IDLE, pool(replicas=4, tpot_s=0.2), 100.0)[DECODE]
     assert capped.replicas == 4 and capped.reason.startswith("at max_replicas")
 
@@ -99,12 +102,13 @@ def test_growth_waits_out_the_cooldown_and_respects_max():
 def test_shrinks_one_step_after_a_calm_downscale_delay():
     policy = SloPolicy(PARAMS)
     busy = pool(requests_per_s=10, busy=2.0, ttft_s=0.3)
-    counts = run(policy, [(busy, IDLE)] + [(IDLE, IDLE)] * 20)
-    assert counts[0][0] == 3
-    # 30 s of calm after the change (ticks of 5 s): one replica less, then 30 s more.
-    first_drop = next(i for i, c in enumerate(counts) if c[0] == 2)
+    counts = run(policy, [(busy, IDLE)] * 3 + [(IDLE, IDLE)] * 20)
+    assert [c[0] for c in counts[:3]] == [2, 2, 3]
+    # 30 s of calm after the last change (at 10 s; ticks of 5 s): one replica less, then
+    # 30 s more.
+    first_drop = next(i for i, c in enumerate(counts) if i > 2 and c[0] == 2)
     second_drop = next(i for i, c in enumerate(counts) if c[0] == 1)
-    assert first_drop * 5 >= 30
+    assert (first_drop - 2) * 5 >= 30
     assert (second_drop - first_drop) * 5 >= 30
     assert counts[-1] == (1, 1)
 
@@ -136,7 +140,7 @@ def test_a_load_burst_resets_the_downscale_clock():
 
 def test_the_ratio_bounds_grow_the_smaller_pool():
     params = PolicyParams(ttft_s=1.0, tpot_s=0.05, max_prefill_per_decode=1.0)
-    busy = pool(requests_per_s=10, busy=2.0)
+    busy = pool(2, requests_per_s=10, busy=2.0)
     decisions = SloPolicy(params).decide(busy, IDLE, 0.0)
     assert decisions[PREFILL].replicas == 3
     assert decisions[DECODE].replicas == 3
@@ -147,3 +151,24 @@ def test_colocated_pool_answers_for_ttft_too():
     decisions = SloPolicy(PARAMS).decide(None, pool(ttft_s=2.0), 0.0)
     assert set(decisions) == {DECODE}
     assert decisions[DECODE].replicas == 2 and "TTFT" in decisions[DECODE].reason
+
+
+def test_decode_grows_when_its_share_of_ttft_runs_over():
+    # KV arrival + first step (or local prefills) taking 700 ms of a 1 s target: decode
+    # is short, and prefill's budget counts decode's share only up to half the target.
+    slow_first = pool(ttft_s=0.7, requests_per_s=5)
+    decisions = SloPolicy(PARAMS).decide(IDLE, slow_first, 0.0)
+    assert decisions[DECODE].replicas == 2 and "decode's TTFT 700 ms over 500 ms" in (
+        decisions[DECODE].reason
+    )
+    assert SloPolicy(PARAMS).ttft_budget_s(slow_first) == 0.5
+
+
+def test_within_a_cluster_the_pool_missing_its_target_is_served_first():
+    params = PolicyParams(ttft_s=1.0, tpot_s=0.05, upscale_cooldown_s=0, max_total_replicas=4)
+    # prefill has 3 replicas keeping up easily (busy 0.6: its floor is 1); decode misses TPOT
+    prefill = pool(3, requests_per_s=6, busy=0.6, ttft_s=0.3)
+    decode = pool(1, tpot_s=0.2, running=40)
+    decisions = SloPolicy(params).decide(prefill, decode, 0.0)
+    assert (decisions[PREFILL].replicas, decisions[DECODE].replicas) == (2, 2)
+    assert "decode needs room" in decisions[PREFILL].reason
