@@ -35,6 +35,7 @@ from app.advice.scaling_sim import ScalingConfig, ramp_requests, simulate_scalin
 from app.advice.simulator import Topology
 from app.config import SloConfig
 from app.slo_policy import PolicyParams, SloPolicy
+from load_tests.slo_ramp import ramp_lengths
 
 ASSUMPTIONS: dict[str, Any] = {
     "model": "Llama-3-70B-shaped: 70.6e9 parameters, BF16, 80 layers x 8 KV heads x 128",
@@ -67,7 +68,7 @@ def roofline_profile(a: dict[str, Any] = ASSUMPTIONS) -> EngineProfile:
 
 def lengths(seed: int) -> Any:
     rng = random.Random(seed)
-    return lambda _: (1536, 16) if rng.random() < 0.3 else (128, 128)
+    return lambda _: ramp_lengths(rng)
 
 
 def main() -> None:

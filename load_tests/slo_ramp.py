@@ -49,13 +49,21 @@ POOLS = ("Prefill", "Decode")
 BIN_S = 30.0
 
 
-def ramp_workload(rng: random.Random, count: int, long_share: float = 0.3) -> list[Request]:
-    """``long_share`` of 1,536-token prompts with 16 output tokens; the rest 128 in, 128 out."""
+# The ramp's mix: long prompts (prefilled remotely, few output tokens), and short prompts
+# with long outputs (prefilled on decode). load_tests.simulated_ramp replays it.
+LONG, SHORT, LONG_SHARE = (1536, 16), (128, 128), 0.3
+
+
+def ramp_lengths(rng: random.Random) -> tuple[int, int]:
+    """One request's (prompt, output) tokens from the ramp's mix."""
+    return LONG if rng.random() < LONG_SHARE else SHORT
+
+
+def ramp_workload(rng: random.Random, count: int) -> list[Request]:
     requests: list[Request] = []
     for _ in range(count):
-        long = rng.random() < long_share
-        prompt = [rng.randrange(3, 1000) for _ in range(1536 if long else 128)]
-        requests.append((prompt, 16 if long else 128))
+        prompt_len, output_len = ramp_lengths(rng)
+        requests.append(([rng.randrange(3, 1000) for _ in range(prompt_len)], output_len))
     return requests
 
 
