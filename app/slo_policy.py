@@ -166,7 +166,7 @@ class SloPolicy:
         needed = pool.replicas
         reasons = []
         if pool.tpot_s is not None and pool.tpot_s > target:
-            needed = max(pool.replicas + 1, math.ceil(pool.replicas * pool.tpot_s / target))
+            needed = _proportional(pool.replicas, pool.tpot_s / target)
             reasons.append(f"TPOT {pool.tpot_s * 1e3:.1f} ms over {target * 1e3:.1f} ms")
         if pool.kv_usage > self.params.kv_target:
             needed = max(needed, pool.replicas + 1)
