@@ -183,7 +183,14 @@ def check_migrated(
     assert not [e for e in events if "error" in e], [e for e in events if "error" in e]
     choices = [c for e in events for c in e.get("choices", [])]
     tokens = [t for c in choices for t in c.get("token_ids") or []]
-    assert tokens == reference["token_ids"]  # token for token
+    expected = reference["token_ids"]
+    first_diff = next(
+        (i for i, (a, b) in enumerate(zip(tokens, expected, strict=False)) if a != b), None
+    )
+    assert tokens == expected, (  # token for token
+        f"{len(tokens)} tokens vs {len(expected)}; first difference at {first_diff}",
+        events[-1].get("splitserve"),
+    )
     # The text too: after the move the ingress detokenizes the whole answer, so even a
     # character whose bytes span the cut is whole.
     text = "".join(c["text"] for c in choices)
