@@ -40,10 +40,10 @@ CONFIG = "serve_configs/default.yaml"
 # Two decode replicas (each bound to core 1; three engines on two cores is slow but
 # correct), one prefill replica; Ray gets a logical CPU per engine. A stopping decode
 # replica drains for 1 s only, so a redeploy cuts streams (of 500 tokens) and they migrate.
-# float32: a stream that moves to the *other* replica has its streamed tokens prefilled
-# there anew (no prefix cache to reuse); in bfloat16 that prefill's rounding differs from
-# the token-by-token decode enough to flip one of the random tiny model's near-ties some
-# 70 tokens later (seen: first difference at token 94 of 200).
+# float32: a stream that moves has its streamed tokens prefilled in one pass on the new
+# engine; in bfloat16 that prefill's rounding differs from the token-by-token decode
+# enough to flip one of the random tiny model's near-ties (seen once moving to the other
+# replica: first difference at token 94 of 200).
 TWO_DECODE: dict[str, Any] = {
     "decode": {"num_replicas": 2, "graceful_shutdown_timeout_s": 1},
     "model": {"dtype": "float32"},
