@@ -66,6 +66,8 @@ class PolicyParams:
     # counts against prefill's budget up to this share of the target; beyond it, decode
     # grows.
     decode_ttft_share: float = 0.5
+    # ... and grows decode only while decode engines are at least this busy.
+    decode_busy: float = 0.5
     # The most replicas both pools may hold together (a cluster's size); None: no bound.
     max_total_replicas: int | None = None
 
@@ -177,7 +179,10 @@ class SloPolicy:
             needed = max(needed, _proportional(pool.replicas, demand))
             reasons.append(f"{pool.waiting:.0f} requests waiting for a batch slot")
         ttft_share = self.params.ttft_s * (1 if colocated else self.params.decode_ttft_share)
-        if pool.ttft_s is not None and pool.ttft_s > ttft_share:
+        # Decode's TTFT counts against decode only while decode is busy: an idle decode
+        # engine's first token waits on the KV's arrival, which more decode cannot hasten.
+        busy = pool.busy >= self.params.decode_busy * max(pool.replicas, 1)
+        if pool.ttft_s is not None and pool.ttft_s > ttft_share and (busy or colocated):
             needed = max(needed, _proportional(pool.replicas, pool.ttft_s / ttft_share))
             what = "TTFT" if colocated else "decode's TTFT"
             reasons.append(f"{what} {pool.ttft_s * 1e3:.0f} ms over {ttft_share * 1e3:.0f} ms")

@@ -18,8 +18,9 @@ with each autoscaled pool's context: the figures its replicas reported
 (:mod:`app.autoscaling_stats`, averaged over the pool's ``look_back_period_s``), its
 target and bounds. The decisions come from :class:`app.slo_policy.SloPolicy`. Every
 change is logged by the controller with its reason and counted in
-``splitserve_autoscaling_decisions`` (labels ``pool``, ``direction``). New replicas take
-traffic only once warm: an engine replica warms up in its constructor (``app.warmup``).
+``splitserve_autoscaling_decisions`` (labels ``pool``, ``direction``, ``application``).
+New replicas take traffic only once warm: an engine replica warms up in its constructor
+(``app.warmup``).
 """
 
 from __future__ import annotations
@@ -101,10 +102,11 @@ class SloAutoscaler:
         for pool, decision in decisions.items():
             deployment_id, context = by_pool[pool]
             result[deployment_id] = decision.replicas
-            self._report(context.deployment_name, signals[pool], decision)
+            self._report(context, signals[pool], decision)
         return result, {d: {} for d in contexts}
 
-    def _report(self, deployment: str, signals: PoolSignals, decision: Decision) -> None:
+    def _report(self, context: Any, signals: PoolSignals, decision: Decision) -> None:
+        deployment = context.deployment_name
         direction = decision.direction(signals.replicas)
         if direction == "hold":
             return
@@ -123,6 +125,7 @@ class SloAutoscaler:
                 "splitserve_autoscaling_decisions",
                 description="Replica-count changes the SLO autoscaling policy made, by pool "
                 "and direction (the reason is in the controller's log).",
-                tag_keys=("pool", "direction"),
+                tag_keys=("pool", "direction", "application"),
             )
-        self._counter.inc(1, tags={"pool": deployment, "direction": direction})
+        tags = {"pool": deployment, "direction": direction, "application": context.app_name}
+        self._counter.inc(1, tags=tags)

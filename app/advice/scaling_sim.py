@@ -152,10 +152,14 @@ def simulate_scaling(
             s for s in states if s.remote and since < prefilled_at.get(id(s), -math.inf) <= now
         ]
         remote_recent = [s for s in remote_done if prefilled_at[id(s)] > recent]
-        busy = 0.0
-        for replica in prefill.active + prefill.draining:
+        busy = {PREFILL: 0.0, DECODE: 0.0}
+        replicas: list[tuple[str, Replica]] = [
+            *((PREFILL, r) for r in prefill.active + prefill.draining),
+            *((DECODE, r) for r in decode.active + decode.draining),
+        ]
+        for pool, replica in replicas:
             total = replica.busy_s
-            busy += total - busy_seen.get(id(replica), 0.0)
+            busy[pool] += total - busy_seen.get(id(replica), 0.0)
             busy_seen[id(replica)] = total
         first = [s for s in states if since < s.first_token <= now]
         finished = [s for s in states if since < s.finished <= now and s.request.output_tokens > 1]
@@ -171,7 +175,7 @@ def simulate_scaling(
             min_replicas=pools[0],
             max_replicas=pools[1],
             requests_per_s=len(remote_recent) / config.tick_s,
-            busy=busy / config.tick_s,
+            busy=busy[PREFILL] / config.tick_s,
             ttft_s=_quantile([prefilled_at[id(s)] - s.request.arrival for s in remote_done], q),
         )
         d = PoolSignals(
@@ -179,6 +183,7 @@ def simulate_scaling(
             min_replicas=pools[0],
             max_replicas=pools[1],
             requests_per_s=len(first) / config.window_s,
+            busy=busy[DECODE] / config.tick_s,
             ttft_s=_quantile(decode_ttft, q),
             tpot_s=_quantile(
                 [(s.finished - s.first_token) / (s.request.output_tokens - 1) for s in finished], q
@@ -215,9 +220,6 @@ def simulate_scaling(
         if now < end or any(_holds_work(r) for r in replicas):
             clock.at(now + config.tick_s, tick)
 
-    # Busy seconds per tick: the first tick's reference is t = 0.
-    for replica in prefill.active:
-        busy_seen[id(replica)] = 0.0
     clock.at(config.tick_s, tick)
     clock.run()
     run.accelerator_seconds = replica_seconds[0] * config.accelerators_per_replica

@@ -111,6 +111,7 @@ class _DecodeReplica:
         self.waiting: deque[_State] = deque()
         self.running: list[_State] = []
         self.busy = False
+        self.busy_s = 0.0  # seconds spent stepping, steps counted as they start
 
     @property
     def load(self) -> int:
@@ -140,6 +141,7 @@ class _DecodeReplica:
         # Requests whose KV arrived from a prefill pool decode in this step as well.
         batch = len(self.running) + sum(1 for _, take in prefilling if take == 0)
         seconds = self.profile.decode_step_s(batch) + self.profile.prefill_s(prefill_tokens)
+        self.busy_s += seconds
         decoding = list(self.running)
         self.clock.at(self.clock.now + seconds, lambda: self._end(decoding, prefilling))
 

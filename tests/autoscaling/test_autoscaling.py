@@ -153,8 +153,25 @@ async def test_the_slo_policy_grows_prefill_on_ttft_and_decode_on_tpot(tmp_path)
         await scale_under(app.url, "Prefill", "Decode", clients=8, prompt_len=900, max_tokens=1)
         await scale_under(app.url, "Decode", "Prefill", clients=16, prompt_len=20, max_tokens=200)
         log = controller_log()
+        async with httpx.AsyncClient(timeout=60) as http:
+            metrics = (await http.get(f"{app.url}/metrics")).text
     # Every change is logged with its reason.
     assert "SLO autoscaler: Prefill 1 -> 2 replicas: " in log
     assert "over budget" in log or "load needs" in log
     assert "SLO autoscaler: Decode 1 -> 2 replicas: TPOT" in log
     assert "SLO autoscaler: Prefill 2 -> 1 replicas: 1 would meet the TTFT budget" in log
+    # ... and counted, on the API port's /metrics too.
+    counted = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("splitserve_autoscaling_decisions_total{")
+    ]
+    for pool in ("Prefill", "Decode"):
+        for direction in ("up", "down"):
+            assert any(
+                f'pool="{pool}"' in c and f'direction="{direction}"' in c for c in counted
+            ), (
+                pool,
+                direction,
+                counted,
+            )

@@ -12,6 +12,7 @@ def context(name: str, target: int, metrics: dict[str, dict[str, float]], runnin
     replicas = running if running is not None else sorted({r for m in metrics.values() for r in m})
     return SimpleNamespace(
         deployment_name=name,
+        app_name="splitserve",
         target_num_replicas=target,
         running_replicas=replicas,
         capacity_adjusted_min_replicas=1,

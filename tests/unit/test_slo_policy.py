@@ -156,12 +156,15 @@ def test_colocated_pool_answers_for_ttft_too():
 def test_decode_grows_when_its_share_of_ttft_runs_over():
     # KV arrival + first step (or local prefills) taking 700 ms of a 1 s target: decode
     # is short, and prefill's budget counts decode's share only up to half the target.
-    slow_first = pool(ttft_s=0.7, requests_per_s=5)
+    slow_first = pool(ttft_s=0.7, requests_per_s=5, busy=0.9)
     decisions = SloPolicy(PARAMS).decide(IDLE, slow_first, 0.0)
     assert decisions[DECODE].replicas == 2 and "decode's TTFT 700 ms over 500 ms" in (
         decisions[DECODE].reason
     )
     assert SloPolicy(PARAMS).ttft_budget_s(slow_first) == 0.5
+    # An idle decode engine's slow first token is the KV's arrival: more decode won't help.
+    waiting_on_kv = pool(ttft_s=0.7, requests_per_s=5, busy=0.1)
+    assert SloPolicy(PARAMS).decide(IDLE, waiting_on_kv, 0.0)[DECODE].replicas == 1
 
 
 def test_within_a_cluster_the_pool_missing_its_target_is_served_first():
