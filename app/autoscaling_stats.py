@@ -141,22 +141,10 @@ class WindowStats:
         newest = self._snapshots[-1]
         figures = {key: newest.gauges.get(key, 0.0) for key in GAUGES}
         oldest = self._snapshots[0]
-        span = newest.at_s - oldest.at_s
+        # One snapshot spans no time and counts nothing yet: every rate reads 0.
+        span = (newest.at_s - oldest.at_s) or math.inf
         ttft = _minus(newest.ttft, oldest.ttft)
         itl = _minus(newest.itl, oldest.itl)
-        if span <= 0:
-            rates = dict.fromkeys(
-                ("requests_per_s", "prompt_tokens_per_s", "uncached_prompt_tokens_per_s"),
-                0.0,
-            )
-            return {
-                **figures,
-                **rates,
-                "tokens_per_s": 0.0,
-                "busy": 0.0,
-                "ttft_s": 0.0,
-                "tpot_s": 0.0,
-            }
         prompt = newest.prompt_tokens - oldest.prompt_tokens
         cached = newest.cached_prompt_tokens - oldest.cached_prompt_tokens
         return {

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import yaml
 
-from app.advice.goodput import SLO
+from app.advice.goodput import SLO, attainment
 from app.advice.scaling_sim import ramp_arrival_times
 from app.config import SloConfig, serve_file_policy
 from load_tests.local_app import LocalApp
@@ -175,13 +175,12 @@ def run_policy(
         bins.setdefault(int(at // BIN_S), []).append(
             isinstance(result, StreamTiming) and slo.met_by(result)
         )
-    met = sum(1 for t in timings if slo.met_by(t))
     return {
         "policy": name,
         "requests": len(results),
         "failed": len(failures),
         "failures": failures[:5],
-        "attainment": met / len(results) if results else 0.0,
+        "attainment": attainment(timings, slo, failed=len(failures)),
         "attainment_by_bin": [
             {"from_s": b * BIN_S, "requests": len(v), "attainment": sum(v) / len(v)}
             for b, v in sorted(bins.items())

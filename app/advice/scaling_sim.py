@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from app.advice.engine_profile import EngineProfile
-from app.advice.goodput import SLO
+from app.advice.goodput import SLO, attainment
 from app.advice.simulator import (
+    SimOutcome,
     SimRequest,
     Topology,
     _Clock,
@@ -34,6 +35,7 @@ from app.advice.simulator import (
     _Link,
     _PrefillReplica,
     _State,
+    outcomes,
 )
 from app.slo_policy import DECODE, PREFILL, PoolSignals, SloPolicy
 
@@ -51,18 +53,12 @@ class ScalingConfig:
 
 @dataclass
 class ScalingRun:
-    ttft: list[float]
-    tpot: list[float]
+    outcomes: list[SimOutcome]
     accelerator_seconds: float
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (t, P, D) active
 
     def attainment(self, slo: SLO) -> float:
-        met = sum(
-            1
-            for ttft, tpot in zip(self.ttft, self.tpot, strict=True)
-            if ttft <= slo.ttft_s and (math.isnan(tpot) or tpot <= slo.tpot_s)
-        )
-        return met / len(self.ttft) if self.ttft else 0.0
+        return attainment(self.outcomes, slo)
 
 
 Replica = _PrefillReplica | _DecodeReplica
@@ -96,7 +92,7 @@ def simulate_scaling(
     config: ScalingConfig,
     policy: SloPolicy | None,
 ) -> ScalingRun:
-    """TTFT and TPOT of every request (in the order given), with ``policy`` resizing the
+    """Every request's outcome (in the order given), with ``policy`` resizing the
     pools (None: they stay at ``config.start``)."""
     clock = _Clock()
     prefill: _Pool[_PrefillReplica] = _Pool()
@@ -132,7 +128,7 @@ def simulate_scaling(
         clock.at(state.request.arrival, lambda s=state: arrive(s))  # type: ignore[misc]
 
     end = max((r.arrival for r in requests), default=0.0)
-    run = ScalingRun([], [], 0.0)
+    run = ScalingRun([], 0.0)
     replica_seconds = [0.0]
     last_tick = [0.0]
     busy_seen: dict[int, float] = {}
@@ -223,11 +219,7 @@ def simulate_scaling(
     clock.at(config.tick_s, tick)
     clock.run()
     run.accelerator_seconds = replica_seconds[0] * config.accelerators_per_replica
-    for state in states:
-        overhead = profile.overhead_s + (profile.disaggregated_overhead_s if state.remote else 0)
-        run.ttft.append(state.first_token - state.request.arrival + overhead)
-        out = state.request.output_tokens
-        run.tpot.append((state.finished - state.first_token) / (out - 1) if out > 1 else math.nan)
+    run.outcomes = outcomes(states, profile)
     return run
 
 

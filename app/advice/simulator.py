@@ -197,8 +197,9 @@ class _PrefillReplica:
             tokens += batch[-1].request.prompt_tokens
         self.queued_tokens -= tokens
         self.busy = True
-        self.busy_s += self.profile.prefill_s(tokens)
-        self.clock.at(self.clock.now + self.profile.prefill_s(tokens), lambda: self._end(batch))
+        seconds = self.profile.prefill_s(tokens)
+        self.busy_s += seconds
+        self.clock.at(self.clock.now + seconds, lambda: self._end(batch))
 
     def _end(self, batch: list[_State]) -> None:
         for state in batch:
@@ -251,14 +252,19 @@ def simulate(
     for state in states:
         clock.at(state.request.arrival, lambda s=state: arrive(s))  # type: ignore[misc]
     clock.run()
-    outcomes = []
+    return outcomes(states, profile)
+
+
+def outcomes(states: list[_State], profile: EngineProfile) -> list[SimOutcome]:
+    """Each simulated request's TTFT (the serving path's overheads added) and TPOT."""
+    found = []
     for state in states:
         overhead = profile.overhead_s + (profile.disaggregated_overhead_s if state.remote else 0)
         ttft = state.first_token - state.request.arrival + overhead
         out = state.request.output_tokens
         tpot = (state.finished - state.first_token) / (out - 1) if out > 1 else math.nan
-        outcomes.append(SimOutcome(ttft, tpot))
-    return outcomes
+        found.append(SimOutcome(ttft, tpot))
+    return found
 
 
 def poisson_arrivals(

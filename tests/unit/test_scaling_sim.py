@@ -28,8 +28,8 @@ def test_without_a_policy_it_is_the_fixed_simulator():
     run = simulate_scaling(
         requests, PROFILE, Topology(2, 3, max_num_seqs=64), ScalingConfig(start=(2, 3)), None
     )
-    assert [o.ttft for o in fixed] == run.ttft
-    assert [o.tpot for o in fixed] == pytest.approx(run.tpot, nan_ok=True)
+    assert [o.ttft for o in fixed] == [o.ttft for o in run.outcomes]
+    assert [o.tpot for o in fixed] == pytest.approx([o.tpot for o in run.outcomes], nan_ok=True)
     # 5 replicas x 2 accelerators, from 0 until the work is done (a tick after it).
     finished = max(r.arrival for r in requests)
     assert 10 * finished <= run.accelerator_seconds <= 10 * (finished + 60)
@@ -56,4 +56,4 @@ def test_the_policy_follows_a_ramp_up_and_down():
     # cheaper than holding the peak size all along
     duration = scaled.timeline[-1][0]
     assert scaled.accelerator_seconds < peak * 2 * duration
-    assert not any(math.isnan(t) for t in scaled.ttft)
+    assert not any(math.isnan(o.ttft) for o in scaled.outcomes)
