@@ -29,15 +29,18 @@ from typing import Any
 from app.config import AppConfig
 from app.engine_metrics import BusyClock, pool_stat_logger
 from app.engine_setup import engine_arguments, engine_environment, side_channel_host
-from app.kv_transport import object_store
+from app.kv_transport import lease_release, object_store
 from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Transport
 from app.kv_transport.kv_read import nixl_read
+from app.kv_transport.lease_release import Release
 from app.kv_transport.payload import LOAD_PATH, NUM_TOKENS, SAVE_PATH
 from app.net import free_listen_port
 from app.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
 
 logger = logging.getLogger("splitserve.engine")
+
+_RELEASE_TRIES = 20  # x 50 ms
 
 # Counters and gauges copied out of vLLM's Prometheus registry by `stats()`.
 _STAT_PREFIXES = (
@@ -288,6 +291,22 @@ class EngineServer:
                     continue
                 counters[sample.name] = counters.get(sample.name, 0.0) + sample.value
         return EngineStats(role=self.role, engine_id=self.engine_id, counters=counters)
+
+    async def release_kv(self, kv_transfer_params: dict[str, Any]) -> Release:
+        """Free at once the NIXL blocks a prefill kept for a decode attempt that has ended
+        without reading them (:mod:`app.kv_transport.lease_release`)."""
+        request_id = str(kv_transfer_params.get("remote_request_id") or "")
+        outcome = Release.UNKNOWN
+        # Just after the prefill the worker may not have its lease yet (it learns it at
+        # the engine's next step): ask again for a moment.
+        for _ in range(_RELEASE_TRIES):
+            answers = await self.engine.collective_rpc(lease_release.METHOD, args=([request_id],))
+            outcome = Release(answers[0].get(request_id, Release.UNKNOWN))
+            if outcome is not Release.PENDING:
+                break
+            await asyncio.sleep(0.05)
+        logger.debug("release of %s's KV blocks: %s", request_id, outcome.value)
+        return outcome
 
     async def all_blocks_free(self) -> bool:
         """True when the engine holds no KV block for any request.

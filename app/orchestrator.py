@@ -53,7 +53,14 @@ class PoolClient(ABC):
     - Either raises :class:`PoolBusy` when the pool's queue is full, and
       :class:`~app.migration.ReplicaLost` when the replica serving the call, or its
       engine, died (the request can go on elsewhere; any other error is the request's).
+    - ``release``: frees at once the NIXL blocks a prefill ``result`` holds on its
+      replica; called only once the decode attempt meant to read them has ended without
+      using them. Best effort, never raises: the lease frees them anyway. The default
+      does nothing.
     """
+
+    async def release(self, result: PrefillResult) -> None:
+        return None
 
     @abstractmethod
     def prefill(
@@ -125,6 +132,7 @@ class Orchestrator:
         self.max_prefill_backlog = max_prefill_backlog
         self.migration = migration or MigrationConfig()
         self.prefills_in_flight = 0
+        self._releases: set[asyncio.Task[None]] = set()
 
     async def run(
         self,
@@ -226,6 +234,7 @@ class Orchestrator:
                 )
                 report.transfer_s = result.publish_s
             stream = self.decode.generate(attempt)
+            used = False
             try:
                 try:
                     first = await self._first_chunk(stream, transport, timings)
@@ -237,6 +246,7 @@ class Orchestrator:
                     report.attempts.append(Attempt(transport, first.transfer_failed))
                     continue
                 report.attempts.append(Attempt(transport))
+                used = True
                 if first is None:
                     return
                 publish_s = report.transfer_s
@@ -249,6 +259,8 @@ class Orchestrator:
                 return
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
+                if not used and attempt.kv_transfer_params is not None:
+                    self._release(result)
         raise RuntimeError("every transport failed, recompute included")
 
     async def _decode_only(
@@ -344,6 +356,13 @@ class Orchestrator:
         finally:
             self.prefills_in_flight -= 1
             await stream.aclose()  # type: ignore[attr-defined]
+
+    def _release(self, result: PrefillResult) -> None:
+        """Free a failed attempt's NIXL blocks on prefill now, without waiting for it."""
+        assert self.prefill is not None
+        task = asyncio.ensure_future(self.prefill.release(result))
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
 
     def _kv_expiry(self) -> float:
         """When prefill may free NIXL blocks it just kept (its lease; a margin for clocks)."""

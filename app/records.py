@@ -40,6 +40,9 @@ class GenerateRequest:
     # Why this request must be prefilled on decode whatever its length (it needs the
     # prompt's logprobs, or it is a parallel sample whose prompt decode has cached).
     local_prefill_reason: str | None = None
+    # The Serve replica (unique id) that should serve it, for warm-ups that pair two
+    # given replicas; empty: the pool's router chooses.
+    replica: str = ""
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,16 @@ class PrefillResult:
     kv_object: Any = None  # object store: ObjectRef of the KV payload
     publish_s: float = 0.0
     num_cached_tokens: int = 0  # prompt tokens the prefill engine found in its prefix cache
+    replica: str = ""  # the Serve replica that holds the KV (its unique id)
+
+
+@dataclass(frozen=True)
+class KvRelease:
+    """A call for the prefill replica named ``replica`` (routed to it, not by policy): free
+    the NIXL blocks ``kv_transfer_params`` locate, which no decode attempt will read."""
+
+    replica: str
+    kv_transfer_params: dict[str, Any]
 
 
 @dataclass(frozen=True)

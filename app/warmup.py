@@ -5,10 +5,15 @@ Serve counts a replica ready when its constructor returns, so the constructor wa
 1. **The engine.** Prefills of several prompt lengths and a batch of concurrent decodes,
    the shapes the replica will see: the first forward passes of each shape (kernel
    set-up, allocator growth) happen here, not on users' requests.
-2. **The pair** (decode replicas of a disaggregated app). One request per configured
-   transport goes through a prefill replica and is pulled by this replica: for NIXL that
-   is the handshake with that prefill engine and a first read; for the object store, a
-   first put and get.
+2. **The pairs** (a disaggregated app). A decode replica, for each prefill replica, has
+   one request per configured transport prefilled on that replica and pulls its KV: for
+   NIXL that is the handshake with that prefill engine and a first read; for the object
+   store, a first put and get. A prefill replica that joins a running app (autoscaled,
+   or restarted after a crash) does the same the other way round: it prefills, and each
+   running decode replica pulls from it. (At an app's start the decode replicas pair
+   with the prefill replicas already running; one that starts later than a decode
+   replica's warm-up and sees no decode replica running yet is paired by its first
+   transfer from each.)
 
 Replicas that autoscaling adds or Serve restarts run the same constructor, so they warm
 up the same way. A warm-up request that fails is logged and counted, not fatal: the
@@ -20,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -44,6 +51,7 @@ class WarmupReport:
     engine_s: float = 0.0
     pair_s: float = 0.0
     transports: dict[str, str] = field(default_factory=dict)  # transport -> "ok" or reason
+    peers: int = 0  # replicas of the other pool paired with
 
     @property
     def total_s(self) -> float:
@@ -86,50 +94,103 @@ async def warm_engine(server: Any, role: Role, max_model_len: int) -> float:
 
 
 async def warm_pair(
-    server: Any, prefill: PoolClient, transports: tuple[Transport, ...], report: WarmupReport
+    server: Any,
+    prefill: PoolClient,
+    transports: tuple[Transport, ...],
+    report: WarmupReport,
+    prefill_replicas: list[str],
 ) -> None:
-    """For each transport, prefill on ``prefill`` and pull the KV into ``server``."""
-    started = time.perf_counter()
-    for n, transport in enumerate(transports):
-        request = GenerateRequest(
-            f"warmup-pair-{transport}-{server.engine_id}",
-            _prompt(server, PAIR_PROMPT_TOKENS, 500 + n),
+    """Decode side: for each prefill replica and transport, prefill on that replica
+    (through ``prefill``) and pull the KV into ``server``."""
+    request = _pair_request(server, "decode")
+
+    async def pull(peer: str, transport: Transport) -> str:
+        pinned = replace(request(transport), replica=peer)
+        return await _pair(prefill.prefill, server.generate, pinned, transport)
+
+    await _warm_peers(pull, prefill_replicas or [""], transports, report)
+
+
+async def warm_pair_from_prefill(
+    server: Any,
+    decode: PoolClient,
+    transports: tuple[Transport, ...],
+    report: WarmupReport,
+    decode_replicas: list[str],
+) -> None:
+    """Prefill side (a replica added to a running app): for each decode replica and
+    transport, prefill on ``server`` and have that replica (through ``decode``) pull it."""
+    request = _pair_request(server, "prefill")
+
+    async def push(peer: str, transport: Transport) -> str:
+        return await _pair(server.prefill, decode.generate, request(transport), transport, peer)
+
+    await _warm_peers(push, decode_replicas, transports, report)
+
+
+def _pair_request(server: Any, side: str) -> Any:
+    def request(transport: Transport) -> GenerateRequest:
+        return GenerateRequest(
+            f"warmup-pair-{side}-{transport}-{server.engine_id}-{uuid.uuid4().hex[:6]}",
+            _prompt(server, PAIR_PROMPT_TOKENS, 500 + list(Transport).index(transport)),
             _params(2),
         )
-        try:
-            async with asyncio.timeout(PAIR_TIMEOUT_S):
-                report.transports[transport.value] = await _pull(
-                    server, prefill, request, transport
-                )
-        except TimeoutError:
-            report.transports[transport.value] = f"no answer within {PAIR_TIMEOUT_S:g} s"
-        except Exception as exc:  # warm-up must not keep a replica from serving
-            report.transports[transport.value] = f"{type(exc).__name__}: {exc}"
-        if report.transports[transport.value] != "ok":
+
+    return request
+
+
+async def _warm_peers(
+    pair: Callable[[str, Transport], Awaitable[str]],
+    peers: list[str],
+    transports: tuple[Transport, ...],
+    report: WarmupReport,
+) -> None:
+    """Run ``pair`` for every peer and transport; per transport, "ok" or the first failure."""
+    started = time.perf_counter()
+    for transport in transports:
+        outcome = "ok"
+        for peer in peers:
+            try:
+                async with asyncio.timeout(PAIR_TIMEOUT_S):
+                    result = await pair(peer, transport)
+            except TimeoutError:
+                result = f"no answer within {PAIR_TIMEOUT_S:g} s"
+            except Exception as exc:  # warm-up must not keep a replica from serving
+                result = f"{type(exc).__name__}: {exc}"
+            if result != "ok" and outcome == "ok":
+                outcome = f"replica {peer}: {result}" if peer else result
+        report.transports[transport.value] = outcome
+        if outcome != "ok":
             logger.error(
                 "warm-up over %s failed (%s): requests will fall back to the next transport",
                 transport.value,
-                report.transports[transport.value],
+                outcome,
             )
+    report.peers = len(peers)
     report.pair_s = time.perf_counter() - started
 
 
-async def _pull(
-    server: Any, prefill: PoolClient, request: GenerateRequest, transport: Transport
+async def _pair(
+    prefill: Callable[[GenerateRequest, Transport], AsyncIterator[Any]],
+    decode: Callable[[GenerateRequest], AsyncIterator[Any]],
+    request: GenerateRequest,
+    transport: Transport,
+    decode_replica: str = "",
 ) -> str:
-    """Prefill ``request`` on ``prefill`` and pull its KV into ``server``: "ok" or why not."""
+    """Prefill ``request`` with ``prefill`` and pull its KV with ``decode``: "ok" or why not."""
     result = None
-    async for item in prefill.prefill(request, transport):
+    async for item in prefill(request, transport):
         if isinstance(item, PrefillResult):
             result = item
     if result is None:
-        return "the prefill pool returned no result"
+        return "the prefill returned no result"
     pulled = replace(
         request,
         kv_transfer_params=result.kv_transfer_params,
         kv_object=result.kv_object,
         kv_num_tokens=result.num_prompt_tokens,
+        replica=decode_replica,
     )
-    chunks = await _drain(server.generate(pulled))
+    chunks = await _drain(decode(pulled))
     failed = chunks[0].transfer_failed if chunks else None
     return "ok" if failed is None else str(failed)

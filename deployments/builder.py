@@ -13,8 +13,7 @@ from app.config import AppConfig, Mode
 from app.model_source import resolve_model
 from deployments.ingress import Ingress
 from deployments.llm_server import LLMServer
-
-POOL_NAMES = {"prefill": "Prefill", "decode": "Decode", "colocated": "Colocated"}
+from deployments.replicas import POOL_NAMES
 
 
 def build_app(args: dict[str, Any] | AppConfig | None = None) -> Application:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from ray import serve
@@ -12,10 +13,20 @@ from app.autoscaling_stats import WindowStats, read_registry
 from app.config import AppConfig
 from app.engine import EngineServer
 from app.kv_transport.fallback import Transport, engine_transports, nixl_installed
+from app.kv_transport.lease_release import Release
 from app.model_source import resolve_model
-from app.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
-from app.warmup import WarmupReport, warm_engine, warm_pair
+from app.records import (
+    EngineStats,
+    GenerateRequest,
+    KvRelease,
+    PrefillResult,
+    Role,
+    Started,
+    TokenChunk,
+)
+from app.warmup import WarmupReport, warm_engine, warm_pair, warm_pair_from_prefill
 from deployments.pool_client import ServePoolClient
+from deployments.replicas import POOL_NAMES, replica_ids, running_replicas
 
 logger = logging.getLogger("ray.serve")
 
@@ -30,14 +41,26 @@ class LLMServer:
     async def __init__(self, role: str, config: AppConfig, prefill: Any = None) -> None:  # type: ignore[misc]
         self.role = Role(role)
         model_path = resolve_model(config.model.source)
-        application = serve.get_replica_context().app_name
+        context = serve.get_replica_context()
+        application = context.app_name
+        self.replica = context.replica_id.unique_id
         self.server = EngineServer.start(self.role, config, model_path, application)
         self.warmup = WarmupReport()
         self.warmup.engine_s = await warm_engine(self.server, self.role, config.model.max_model_len)
+        transports = engine_transports(config.transport.kind, nixl_installed())
+        grpc = config.request_path.grpc
         if prefill is not None:
-            transports = engine_transports(config.transport.kind, nixl_installed())
-            pool = ServePoolClient(prefill, config.request_path.grpc)
-            await warm_pair(self.server, pool, transports, self.warmup)
+            peers = replica_ids(application, POOL_NAMES[Role.PREFILL])
+            pool = ServePoolClient(prefill, grpc)
+            await warm_pair(self.server, pool, transports, self.warmup, peers)
+        elif self.role is Role.PREFILL and running_replicas(application, POOL_NAMES[Role.DECODE]):
+            # Joining a running app: each decode replica meets this engine now, not on
+            # a user's request. (At the app's start decode is not running yet, and pairs
+            # with this replica itself.)
+            decode = serve.get_deployment_handle(POOL_NAMES[Role.DECODE], application)
+            peers = replica_ids(application, POOL_NAMES[Role.DECODE])
+            pool = ServePoolClient(decode, grpc)
+            await warm_pair_from_prefill(self.server, pool, transports, self.warmup, peers)
         # An engine that died warming up must not be counted ready.
         await self.server.engine.check_health()
         # What the SLO autoscaling policy reads, counted from here (warm-up left out).
@@ -48,12 +71,13 @@ class LLMServer:
         self.window.add(read_registry(self.server.busy.seconds))
         _record_warmup(self.role, self.warmup, application)
         logger.info(
-            "%s engine %s ready, warm in %.1f s (engine %.1f s, pair %.1f s: %s)",
+            "%s engine %s ready, warm in %.1f s (engine %.1f s, pair %.1f s with %d replicas: %s)",
             self.role.value,
             self.server.engine_id,
             self.warmup.total_s,
             self.warmup.engine_s,
             self.warmup.pair_s,
+            self.warmup.peers,
             self.warmup.transports or "none",
         )
 
@@ -62,6 +86,7 @@ class LLMServer:
         return {
             "engine_s": self.warmup.engine_s,
             "pair_s": self.warmup.pair_s,
+            "peers": self.warmup.peers,
             "transports": dict(self.warmup.transports),
         }
 
@@ -69,7 +94,14 @@ class LLMServer:
         self, request: GenerateRequest, transport: Transport = Transport.NIXL
     ) -> AsyncIterator[Started | PrefillResult]:
         async for item in self.server.prefill(request, transport):
-            yield item
+            # Named so that a release of the KV finds this replica (request_routers).
+            yield replace(item, replica=self.replica) if isinstance(item, PrefillResult) else item
+
+    async def release_kv(self, release: KvRelease) -> str:
+        """Free the NIXL blocks a prefill kept, at once (app.kv_transport.lease_release)."""
+        if release.replica != self.replica:
+            return Release.UNKNOWN.value  # routed here because its replica is gone
+        return (await self.server.release_kv(release.kv_transfer_params)).value
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Started | TokenChunk]:
         async for chunk in self.server.generate(request):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -9,7 +11,11 @@ from app.errors import describe_failure
 from app.kv_transport.fallback import Transport
 from app.migration import LostCause, ReplicaLost
 from app.orchestrator import PoolBusy, PoolClient
-from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
+from app.records import GenerateRequest, KvRelease, PrefillResult, Started, TokenChunk
+
+logger = logging.getLogger("splitserve.pool_client")
+
+_RELEASE_TIMEOUT_S = 10.0
 
 
 class ServePoolClient(PoolClient):
@@ -23,8 +29,8 @@ class ServePoolClient(PoolClient):
     def __init__(self, handle: Any, grpc: bool = False) -> None:
         self.handle = handle
         self._stream_handle = handle.options(stream=True)
-        fast = handle.options(_by_reference=False) if grpc else handle
-        self._fast_stream = fast.options(stream=True)
+        self._fast = handle.options(_by_reference=False) if grpc else handle
+        self._fast_stream = self._fast.options(stream=True)
 
     def prefill(
         self, request: GenerateRequest, transport: Transport
@@ -35,6 +41,16 @@ class ServePoolClient(PoolClient):
     def generate(self, request: GenerateRequest) -> AsyncIterator[Started | TokenChunk]:
         handle = self._stream_handle if request.kv_object is not None else self._fast_stream
         return _relay(handle.generate.remote(request))
+
+    async def release(self, result: PrefillResult) -> None:
+        if not result.replica or result.kv_transfer_params is None:
+            return
+        release = KvRelease(result.replica, result.kv_transfer_params)
+        try:
+            async with asyncio.timeout(_RELEASE_TIMEOUT_S):
+                await self._fast.release_kv.remote(release)
+        except Exception as exc:  # the lease frees the blocks anyway
+            logger.info("could not free KV blocks on prefill replica %s: %s", result.replica, exc)
 
 
 async def _relay(stream: Any) -> AsyncIterator[Any]:

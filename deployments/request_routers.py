@@ -1,8 +1,11 @@
 """Ray Serve request routers for the engine pools (Serve's custom request router API).
 
 They run inside the caller's process (the ingress) and apply the pure policies of
-``app/routing``. Calls that carry no ``GenerateRequest`` (stats, health probes) get Serve's
-plain choice among all candidates.
+``app/routing``. A call that names its replica (a :class:`~app.records.KvRelease`, or a
+warm-up's ``GenerateRequest.replica``) goes to that replica, or, where it is not (yet, or
+any more) among the running ones, to any: a release then finds nothing to free, a
+warm-up pairs with another replica. Calls that carry no ``GenerateRequest`` (stats,
+health probes) get Serve's plain choice among all candidates.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from ray.serve.request_router import (
     RunningReplica,
 )
 
-from app.records import GenerateRequest
+from app.records import GenerateRequest, KvRelease
 from app.routing.kv_capacity import rank_by_capacity
 from app.routing.prefix_affinity import PrefixAffinity
 
@@ -27,6 +30,19 @@ def _generate_request(pending: PendingRequest | None) -> GenerateRequest | None:
         return None
     first = pending.args[0]
     return first if isinstance(first, GenerateRequest) else None
+
+
+def _pinned(
+    pending: PendingRequest | None, candidates: list[RunningReplica]
+) -> list[list[RunningReplica]] | None:
+    """The replica a call names, as Serve's ranks; None for a call that names none."""
+    if pending is None or not pending.args:
+        return None
+    first = pending.args[0]
+    if not isinstance(first, KvRelease | GenerateRequest) or not first.replica:
+        return None
+    named = [r for r in candidates if r.replica_id.unique_id == first.replica]
+    return [named or candidates]
 
 
 class _RankingRouter(FIFOMixin, RequestRouter):  # type: ignore[misc]
@@ -50,6 +66,9 @@ class PrefixAffinityRouter(_RankingRouter):
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
+        pinned = _pinned(pending_request, candidate_replicas)
+        if pinned is not None:
+            return pinned
         request = _generate_request(pending_request)
         if request is None:
             return [candidate_replicas]
@@ -81,6 +100,9 @@ class KVCapacityRouter(_RankingRouter):
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
+        pinned = _pinned(pending_request, candidate_replicas)
+        if pinned is not None:
+            return pinned
         if _generate_request(pending_request) is None:
             return [candidate_replicas]
         by_id = self._by_id(candidate_replicas)

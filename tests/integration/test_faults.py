@@ -143,6 +143,13 @@ async def test_prefill_killed_before_decode_pulls(apps, http, kind, seed):
     assert time.monotonic() - started < 60
     wait_processes_gone(prefill.engine_pids)
     wait_healthy("Prefill")
-    body = complete(http, apps.disaggregated, {**GREEDY, "prompt": random_prompt(seed + 1, 50)})
+    # The new prefill replica joined a running app: it met the decode replica before it
+    # was ready, over every transport, so its first request moves over NIXL at once.
+    warmup = handle("Prefill").warmup_report.remote().result()
+    assert warmup["peers"] == 1, warmup
+    assert warmup["transports"] == {"nixl": "ok", "object_store": "ok"}, warmup
+    body = complete(http, apps.disaggregated, {**GREEDY, "prompt": random_prompt(seed + 1, 200)})
     assert body["usage"]["completion_tokens"] == 16
+    assert body["splitserve"]["kv_transport"] == "nixl", body["splitserve"]
+    assert body["splitserve"]["fallbacks"] == [], body["splitserve"]
     assert_no_kv_held("Prefill", "Decode")

@@ -17,9 +17,12 @@ def test_decode_replicas_warmed_their_pair_over_every_transport():
     warmup = handle("Decode").warmup_report.remote().result()
     # serve_configs/default.yaml: transport auto, so NIXL then the object store.
     assert warmup["transports"] == {"nixl": "ok", "object_store": "ok"}, warmup
+    assert warmup["peers"] == 1  # every prefill replica
     assert warmup["engine_s"] > 0 and warmup["pair_s"] > 0
 
 
 def test_prefill_replicas_warmed_their_engine():
+    # At the app's start no decode replica was running: decode paired with prefill.
+    # (A prefill replica that joins later pairs itself: tests/integration/test_faults.py.)
     warmup = handle("Prefill").warmup_report.remote().result()
-    assert warmup["engine_s"] > 0 and warmup["transports"] == {}
+    assert warmup["engine_s"] > 0 and warmup["transports"] == {} and warmup["peers"] == 0

@@ -18,6 +18,7 @@ class FakePrefill(PoolClient):
 
     def __init__(self, raises=False, stall_s=0.0, queue_s=0.0):
         self.calls: list[tuple[str, Transport]] = []
+        self.released: list[PrefillResult] = []
         self.raises = raises
         self.stall_s = stall_s
         self.queue_s = queue_s
@@ -37,6 +38,9 @@ class FakePrefill(PoolClient):
     async def generate(self, request):
         raise AssertionError("prefill pool never generates")
         yield
+
+    async def release(self, result):
+        self.released.append(result)
 
 
 class FakeDecode(PoolClient):
@@ -115,6 +119,8 @@ async def test_happy_path_uses_nixl_once():
     assert timings.transfer.transfer_s == 0.004
     assert timings.prefill_engine == "p-1" and timings.decode_engine == "d-1"
     assert 0 <= timings.prefill_s <= timings.first_token_s <= timings.total_s
+    await asyncio.sleep(0)
+    assert prefill.released == []  # decode read the blocks: prefill frees them itself
 
 
 async def test_nixl_failure_falls_back_to_the_object_store():
@@ -136,6 +142,9 @@ async def test_nixl_failure_falls_back_to_the_object_store():
     assert timings.transfer.transfer_s == pytest.approx(0.005)  # publish + fetch
     assert reports == [timings.transfer]
     assert decode.closed == 2  # the failed attempt's stream was closed
+    await asyncio.sleep(0)
+    # The failed attempt's NIXL blocks are freed on prefill at once, not at its lease.
+    assert [r.kv_transfer_params for r in prefill.released] == [{"remote_block_ids": [[7]]}]
 
 
 async def test_both_transports_failing_recomputes():
@@ -214,10 +223,11 @@ class HangingDecode(FakeDecode):
 
 
 async def test_hung_transfer_times_out_into_the_next_transport():
+    prefill = FakePrefill()
     orchestrator = Orchestrator(
         Mode.DISAGGREGATED,
         HangingDecode(),
-        FakePrefill(),
+        prefill,
         plan=CHAIN,
         timeouts=_timeouts(transfer_timeout_s=0.05),
     )
@@ -225,6 +235,21 @@ async def test_hung_transfer_times_out_into_the_next_transport():
     assert texts == ["a", "b"] and timings.transfer.transport is RC
     kinds = [a.failure.kind for a in timings.transfer.fallbacks]
     assert kinds == [FailureKind.TRANSFER_TIMEOUT, FailureKind.TRANSFER_TIMEOUT]
+    await asyncio.sleep(0)
+    # Only the NIXL attempt kept blocks on prefill; the object store's are Ray's.
+    assert [r.kv_transfer_params is not None for r in prefill.released] == [True]
+
+
+async def test_a_client_leaving_before_the_first_token_frees_prefills_blocks():
+    prefill = FakePrefill()
+    orchestrator = Orchestrator(Mode.DISAGGREGATED, HangingDecode(), prefill, plan=CHAIN)
+    task = asyncio.ensure_future(_run(orchestrator))
+    await asyncio.sleep(0.1)  # decode is reading the KV (forever)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0)
+    assert [r.kv_transfer_params for r in prefill.released] == [{"remote_block_ids": [[7]]}]
 
 
 async def test_a_busy_decode_queue_is_not_a_failed_transfer():
@@ -249,16 +274,19 @@ async def test_a_local_request_times_its_decode_queue_and_first_step():
 
 async def test_a_dead_decode_pool_fails_the_request_and_is_counted():
     reports: list[object] = []
+    prefill = FakePrefill()
     orchestrator = Orchestrator(
         Mode.DISAGGREGATED,
         FakeDecode(dies=True),
-        FakePrefill(),
+        prefill,
         plan=CHAIN,
         on_transfer=reports.append,
     )
     timings = RequestTimings()
     with pytest.raises(RuntimeError, match="decode replica died"):
         [c async for c in orchestrator.run(_request(), timings)]
+    await asyncio.sleep(0)
+    assert len(prefill.released) == 1  # nobody will read the blocks
     assert reports == [timings.transfer] and timings.transfer.unserved
     assert [a.failure and a.failure.kind for a in timings.transfer.attempts] == [
         FailureKind.DECODE_ERROR

@@ -1,0 +1,40 @@
+"""Which replicas a deployment of this application has, as the warm-ups need to know."""
+
+from __future__ import annotations
+
+# The deployment name of each engine pool (by role).
+POOL_NAMES = {"prefill": "Prefill", "decode": "Decode", "colocated": "Colocated"}
+
+
+def replica_ids(application: str, deployment: str) -> list[str]:
+    """Unique ids of ``deployment``'s live replica actors (starting ones included).
+
+    Read from the named actors Ray's GCS lists (Serve names each replica's actor), so it
+    needs neither Serve's controller nor the dashboard.
+    """
+    import ray.util
+    from ray.serve._private.common import ReplicaID
+
+    found = []
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        name = actor["name"] if isinstance(actor, dict) else str(actor)
+        if not ReplicaID.is_full_id_str(name):
+            continue
+        replica = ReplicaID.from_full_id_str(name)
+        if (replica.deployment_id.app_name, replica.deployment_id.name) == (
+            application,
+            deployment,
+        ):
+            found.append(replica.unique_id)
+    return sorted(found)
+
+
+def running_replicas(application: str, deployment: str) -> int:
+    """How many of ``deployment``'s replicas Serve's controller counts as running."""
+    from ray import serve
+    from ray.serve._private.common import ReplicaState
+
+    status = serve.status().applications.get(application)
+    if status is None or deployment not in status.deployments:
+        return 0
+    return int(status.deployments[deployment].replica_states.get(ReplicaState.RUNNING, 0))
