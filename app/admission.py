@@ -7,7 +7,11 @@ first token. A new request is refused, at once, with 503 and a ``Retry-After``, 
 - the oldest of them has waited longer than the limit (``headroom`` times
   ``ttft_budget_s``), or
 - while any request waits, the requests that got their first token in the last
-  ``window_s`` waited longer than the limit, in the median.
+  ``window_s`` waited longer than the limit, in the median, or
+- as many requests already wait as the learned depth allows: a request admitted behind
+  ``d - 1`` others that waited ``w`` over the limit lowers it to ``d * limit / w``
+  (how many the pools serve within the limit, by Little's law); one served within the
+  limit from near that depth raises it by one, up to ``max_waiting``.
 
 Neither wait rule needs an estimate of the pools' capacity (CoDel's idea: judge a queue
 by how long its items wait, not by its length). While waits stay under the limit, the
@@ -16,7 +20,10 @@ fall behind, the queue is held to what they serve within the limit and the rest 
 shed. The oldest wait reacts before anyone is served; the recent waits catch what the
 oldest misses, because first tokens do not come in arrival order (prefill batches,
 prompts prefilled on decode while the prefill pool is backed up, decode slots freed as
-other streams end). The headroom (0.5 by default) is for that spread too.
+other streams end). The headroom (0.5 by default) is for that spread too. Both react
+only once waits have passed the limit, so what a sudden burst brought in before then
+waits longer; the depth rule remembers how deep a queue the pools served in time, and
+holds the next burst to it.
 
 Serve's ``max_queued_requests`` bounds each deployment's queue behind this (a pool that
 is full answers ``BackPressureError``, which the ingress also turns into a 503).
@@ -71,9 +78,11 @@ class Admission:
         self.clock = clock
         self.shed = 0
         self._numbers = itertools.count()
-        self._waiting: dict[int, float] = {}  # admitted, no first token yet -> since
+        # admitted, no first token yet -> (since, how many waited ahead of it)
+        self._waiting: dict[int, tuple[float, int]] = {}
         self.window_s = window_s
         self._served: deque[tuple[float, float]] = deque()  # (when, waited), recent
+        self.depth = float(max_waiting)  # how many may wait at once (learned)
 
     @property
     def waiting(self) -> int:
@@ -81,8 +90,8 @@ class Admission:
 
     def oldest_wait_s(self) -> float:
         """How long the longest-waiting admitted request has waited (0 when none)."""
-        since = next(iter(self._waiting.values()), None)
-        return 0.0 if since is None else self.clock() - since
+        oldest = next(iter(self._waiting.values()), None)
+        return 0.0 if oldest is None else self.clock() - oldest[0]
 
     def recent_wait_s(self) -> float:
         """The median first-token wait of requests served in the last ``window_s`` (0 if none)."""
@@ -97,6 +106,11 @@ class Admission:
         """A ticket for a new request, or :class:`Overloaded`."""
         if self.waiting >= self.max_waiting:
             self._refuse(f"{self.waiting} requests already wait for their first token")
+        if self.waiting >= self.depth:
+            self._refuse(
+                f"{self.waiting} requests already wait for their first token, and lately "
+                f"one admitted behind that many waited over {self.limit_s:g} s"
+            )
         oldest = self.oldest_wait_s()
         if oldest > self.limit_s:
             self._refuse(
@@ -112,7 +126,7 @@ class Admission:
                 f"{self.ttft_budget_s:g} s, admitting while under {self.limit_s:g} s)"
             )
         number = next(self._numbers)
-        self._waiting[number] = self.clock()
+        self._waiting[number] = (self.clock(), self.waiting)
         return Ticket(self, number)
 
     def _refuse(self, why: str) -> None:
@@ -120,7 +134,16 @@ class Admission:
         raise Overloaded(f"server overloaded: {why}; retry later", self.retry_after_s)
 
     def _leave(self, number: int, served: bool) -> None:
-        since = self._waiting.pop(number, None)
-        if since is not None and served:
-            now = self.clock()
-            self._served.append((now, now - since))
+        entry = self._waiting.pop(number, None)
+        if entry is None or not served:
+            return
+        since, ahead = entry
+        now = self.clock()
+        waited = now - since
+        self._served.append((now, waited))
+        if waited > self.limit_s and ahead:
+            # (A request that waited alone says how slow the pools are, not how deep a
+            # queue they serve in time: the oldest-wait rule covers it.)
+            self.depth = min(self.depth, max(1.0, (ahead + 1) * self.limit_s / waited))
+        elif ahead + 1 >= self.depth - 1:
+            self.depth = min(float(self.max_waiting), self.depth + 1)

@@ -18,6 +18,7 @@ from tests.integration.conftest import TEST_KV_LEASE_S
 from tests.integration.faults import (
     all_blocks_free,
     assert_no_kv_held,
+    call,
     decode_chunks,
     handle,
     kill_replica,
@@ -145,7 +146,7 @@ async def test_prefill_killed_before_decode_pulls(apps, http, kind, seed):
     wait_healthy("Prefill")
     # The new prefill replica joined a running app: it met the decode replica before it
     # was ready, over every transport, so its first request moves over NIXL at once.
-    warmup = handle("Prefill").warmup_report.remote().result()
+    warmup = call("Prefill", "warmup_report")
     assert warmup["peers"] == 1, warmup
     assert warmup["transports"] == {"nixl": "ok", "object_store": "ok"}, warmup
     body = complete(http, apps.disaggregated, {**GREEDY, "prompt": random_prompt(seed + 1, 200)})

@@ -1,4 +1,5 @@
-"""Admission control: the hard cap, the oldest wait against the budget, tickets."""
+"""Admission control: the hard cap, the oldest and recent waits against the budget, the
+learned queue depth, tickets."""
 
 import pytest
 
@@ -77,3 +78,33 @@ def test_slow_recent_first_tokens_shed_even_when_the_oldest_waiter_is_young():
         admission.admit()
     young.first_token()  # the queue drained: served at once again
     admission.admit()
+
+
+def test_a_queue_deeper_than_the_pools_serve_in_time_is_not_admitted_again():
+    clock = Clock()
+    admission = _admission(clock)  # limit 2 s
+    burst = [admission.admit() for _ in range(8)]  # nobody has waited yet: all admitted
+    for ticket in burst:  # served one every 0.5 s: the 5th and later waited over 2 s
+        clock.now += 0.5
+        ticket.first_token()
+    # Behind 4 others a request waited 2.5 s: 4 waiting is what the pools serve in time.
+    assert admission.depth == pytest.approx(4.0)
+    clock.now += 2.1  # the slow first tokens have left the recent window
+    nexts = [admission.admit() for _ in range(4)]
+    with pytest.raises(Overloaded, match="4 requests already wait .* behind that many"):
+        admission.admit()
+    for ticket in nexts:  # served in time, from the edge of the depth: it grows back
+        clock.now += 0.4
+        ticket.first_token()
+    assert admission.depth == pytest.approx(6.0)  # one per request served near the edge
+    [admission.admit() for _ in range(6)]
+    assert admission.waiting == 6
+
+
+def test_a_lone_slow_request_does_not_lower_the_depth():
+    clock = Clock()
+    admission = _admission(clock)
+    ticket = admission.admit()
+    clock.now += 3.0
+    ticket.first_token()  # slow engines, no queue: not a depth to learn
+    assert admission.depth == 100
