@@ -91,7 +91,7 @@ def test_a_queue_deeper_than_the_pools_serve_in_time_is_not_admitted_again():
     assert admission.depth == pytest.approx(4.0)
     clock.now += 2.1  # the slow first tokens have left the recent window
     nexts = [admission.admit() for _ in range(4)]
-    with pytest.raises(Overloaded, match="4 requests already wait .* behind that many"):
+    with pytest.raises(Overloaded, match=r"4 requests already wait .* behind that many"):
         admission.admit()
     for ticket in nexts:  # served in time, from the edge of the depth: it grows back
         clock.now += 0.4
