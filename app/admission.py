@@ -70,6 +70,7 @@ class Admission:
         headroom: float = 0.5,
         window_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        learn_depth: bool = True,
     ) -> None:
         self.limit_s = headroom * ttft_budget_s
         self.ttft_budget_s = ttft_budget_s
@@ -83,6 +84,7 @@ class Admission:
         self.window_s = window_s
         self._served: deque[tuple[float, float]] = deque()  # (when, waited), recent
         self.depth = float(max_waiting)  # how many may wait at once (learned)
+        self.learn_depth = learn_depth
 
     @property
     def waiting(self) -> int:
@@ -141,6 +143,8 @@ class Admission:
         now = self.clock()
         waited = now - since
         self._served.append((now, waited))
+        if not self.learn_depth:
+            return
         if waited > self.limit_s and ahead:
             # (A request that waited alone says how slow the pools are, not how deep a
             # queue they serve in time: the oldest-wait rule covers it.)

@@ -80,6 +80,7 @@ class OpenAIServer:
             admission.max_waiting,
             admission.retry_after_s,
             admission.headroom,
+            learn_depth=admission.learn_depth,
         )
         self._completion = TypeAdapter(CompletionRequest)
         self._chat = TypeAdapter(ChatCompletionRequest)

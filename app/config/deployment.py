@@ -148,6 +148,12 @@ class AdmissionConfig(Strict):
         "token, whatever the estimate.",
     )
     retry_after_s: int = Field(1, ge=0, description="The Retry-After header of a 503.")
+    learn_depth: bool = Field(
+        True,
+        description="Also refuse while as many requests wait as, lately, the pools served "
+        "within the limit (learned from requests that waited over it); false: the wait "
+        "rules and `max_waiting` alone.",
+    )
 
 
 class IngressConfig(DeploymentOptions):

@@ -108,3 +108,13 @@ def test_a_lone_slow_request_does_not_lower_the_depth():
     clock.now += 3.0
     ticket.first_token()  # slow engines, no queue: not a depth to learn
     assert admission.depth == 100
+
+
+def test_the_depth_rule_can_be_turned_off():
+    clock = Clock()
+    admission = _admission(clock, learn_depth=False)
+    burst = [admission.admit() for _ in range(8)]
+    for ticket in burst:
+        clock.now += 0.5
+        ticket.first_token()
+    assert admission.depth == 100
