@@ -22,6 +22,15 @@ completes gets its first token at the end of that step.
 TTFT adds the profile's per-request ``overhead_s`` (and ``disaggregated_overhead_s``
 for a request the prefill pool served). The model is deliberately simple
 (no preemption, no prefix cache, one link); tests hold it to closed-form queues first.
+
+With ``Topology.frontend`` (:mod:`app.advice.frontend`), the serving path's CPU is one
+more server: a FIFO that each request visits on arrival (before it reaches a pool) and
+each streamed chunk on its way to the client (the first token counts when its chunk is
+through; a stream's tokens are batched into chunks as the decode replica does). With
+``Topology.cores`` (> 0) the engines and that server share so many cores: while more of
+them are busy than there are cores, each step or job started takes longer in proportion
+(processor sharing, as Linux's fair scheduler does). ``cores`` = 0: each engine has a
+core of its own and the front end runs beside them.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.advice.engine_profile import EngineProfile
+from app.advice.frontend import FrontEndCost
 
 
 @dataclass(frozen=True)
@@ -46,10 +56,14 @@ class Topology:
     max_batch_tokens: int = 2048
     max_num_seqs: int = 64
     local_prefill_below_tokens: int = 0  # shorter prompts are prefilled on decode
+    frontend: FrontEndCost | None = None  # None: the serving path costs no CPU
+    cores: int = 0  # cores the engines and the front end share; 0: no contention
 
     def __post_init__(self) -> None:
         if self.prefill_replicas < 0 or self.decode_replicas < 1:
             raise ValueError("need >= 0 prefill replicas and >= 1 decode replica")
+        if self.cores < 0:
+            raise ValueError("cores cannot be negative")
 
     @property
     def accelerators(self) -> int:
@@ -80,6 +94,7 @@ class _State:
     tokens_out: int = 0
     first_token: float = math.nan
     finished: float = math.nan
+    last_chunk: float = math.nan  # when the engine last handed a chunk on
 
 
 @dataclass(frozen=True)
@@ -103,11 +118,115 @@ class _Clock:
             action()
 
 
+class _Cpu:
+    """The cores engines and the front end share: a step or job started while more of
+    them are busy than there are cores takes longer by busy / cores."""
+
+    def __init__(self, cores: int) -> None:
+        self.cores = cores
+        self.engines_busy = 0
+        self.frontend_busy = False
+
+    def engine(self, busy: bool) -> None:
+        self.engines_busy += 1 if busy else -1
+
+    def stretch(self) -> float:
+        if not self.cores:
+            return 1.0
+        return max(1.0, (self.engines_busy + int(self.frontend_busy)) / self.cores)
+
+
+class _FrontEnd:
+    """One FIFO server every request and streamed chunk visits (none: free and instant)."""
+
+    def __init__(self, clock: _Clock, cost: FrontEndCost | None, cpu: _Cpu) -> None:
+        self.clock, self.cost, self.cpu = clock, cost, cpu
+        self.queue: deque[tuple[float, Callable[[], None]]] = deque()
+        self.busy_s = 0.0
+
+    def visit(self, work_s: float, then: Callable[[], None]) -> None:
+        if self.cost is None:
+            then()
+            return
+        self.queue.append((work_s, then))
+        if not self.cpu.frontend_busy:
+            self._next()
+
+    def _next(self) -> None:
+        if not self.queue:
+            self.cpu.frontend_busy = False
+            return
+        self.cpu.frontend_busy = True
+        work_s, then = self.queue.popleft()
+        seconds = work_s * self.cpu.stretch()
+        self.busy_s += seconds
+
+        def done() -> None:
+            then()
+            self._next()
+
+        self.clock.at(self.clock.now + seconds, done)
+
+
+class _Stream:
+    """How a decode replica's tokens reach clients: through the front end, in chunks."""
+
+    def __init__(self, clock: _Clock, frontend: _FrontEnd) -> None:
+        self.clock, self.frontend = clock, frontend
+
+    def first(self, state: _State) -> None:
+        state.last_chunk = self.clock.now
+        if self.frontend.cost is None:
+            state.first_token = self.clock.now
+            return
+        self.frontend.visit(self.frontend.cost.chunk_s, lambda: _set_first(state, self.clock))
+
+    def whole(self, state: _State) -> None:
+        if self.frontend.cost is None:
+            state.first_token = state.finished = self.clock.now
+            return
+
+        def delivered() -> None:
+            state.first_token = state.finished = self.clock.now
+
+        self.frontend.visit(self.frontend.cost.chunk_s, delivered)
+
+    def token(self, state: _State, streams: int) -> None:
+        cost = self.frontend.cost
+        if cost is None or self.clock.now - state.last_chunk < cost.chunk_interval_s(streams):
+            return
+        state.last_chunk = self.clock.now
+        self.frontend.visit(cost.chunk_s, lambda: None)
+
+    def last(self, state: _State) -> None:
+        if self.frontend.cost is None:
+            state.finished = self.clock.now
+            return
+        self.frontend.visit(self.frontend.cost.chunk_s, lambda: _set_finished(state, self.clock))
+
+
+def _set_first(state: _State, clock: _Clock) -> None:
+    state.first_token = clock.now
+
+
+def _set_finished(state: _State, clock: _Clock) -> None:
+    state.finished = clock.now
+
+
 class _DecodeReplica:
     """Steps back to back while it has requests; colocated replicas also prefill."""
 
-    def __init__(self, clock: _Clock, profile: EngineProfile, topology: Topology) -> None:
+    def __init__(
+        self,
+        clock: _Clock,
+        profile: EngineProfile,
+        topology: Topology,
+        cpu: _Cpu | None = None,
+        stream: _Stream | None = None,
+    ) -> None:
         self.clock, self.profile, self.topology = clock, profile, topology
+        self.cpu = cpu or _Cpu(0)
+        self.stream = stream or _Stream(clock, _FrontEnd(clock, None, self.cpu))
         self.waiting: deque[_State] = deque()
         self.running: list[_State] = []
         self.busy = False
@@ -134,19 +253,23 @@ class _DecodeReplica:
             prefilling.append((state, take))
             self.waiting.popleft()
         if not self.running and not prefilling:
+            if self.busy:
+                self.cpu.engine(busy=False)
             self.busy = False
             return
+        if not self.busy:
+            self.cpu.engine(busy=True)
         self.busy = True
         prefill_tokens = sum(take for _, take in prefilling)
         # Requests whose KV arrived from a prefill pool decode in this step as well.
         batch = len(self.running) + sum(1 for _, take in prefilling if take == 0)
         seconds = self.profile.decode_step_s(batch) + self.profile.prefill_s(prefill_tokens)
+        seconds *= self.cpu.stretch()
         self.busy_s += seconds
         decoding = list(self.running)
         self.clock.at(self.clock.now + seconds, lambda: self._end(decoding, prefilling))
 
     def _end(self, decoding: list[_State], prefilling: list[tuple[_State, int]]) -> None:
-        now = self.clock.now
         for state in decoding:
             state.tokens_out += 1
         for state, take in prefilling:
@@ -155,12 +278,18 @@ class _DecodeReplica:
                 self.waiting.appendleft(state)  # the rest of the prompt, next step
             else:
                 state.tokens_out += 1  # the step that ends a prefill samples a token
-                state.first_token = now
-                self.running.append(state)
+                if state.tokens_out >= state.request.output_tokens:
+                    self.stream.whole(state)  # one chunk: the only token and the end
+                else:
+                    self.stream.first(state)
+                    self.running.append(state)
+        streams = len(self.running)
         for state in list(self.running):
             if state.tokens_out >= state.request.output_tokens:
-                state.finished = now
+                self.stream.last(state)
                 self.running.remove(state)
+            elif state in decoding:
+                self.stream.token(state, streams)
         self._step()
 
 
@@ -171,8 +300,10 @@ class _PrefillReplica:
         profile: EngineProfile,
         topology: Topology,
         done: Callable[[_State], None],
+        cpu: _Cpu | None = None,
     ) -> None:
         self.clock, self.profile, self.topology, self.done = clock, profile, topology, done
+        self.cpu = cpu or _Cpu(0)
         self.queue: deque[_State] = deque()
         self.queued_tokens = 0
         self.busy = False
@@ -186,6 +317,8 @@ class _PrefillReplica:
 
     def _start(self) -> None:
         if not self.queue:
+            if self.busy:
+                self.cpu.engine(busy=False)
             self.busy = False
             return
         batch = [self.queue.popleft()]
@@ -196,8 +329,10 @@ class _PrefillReplica:
             batch.append(self.queue.popleft())
             tokens += batch[-1].request.prompt_tokens
         self.queued_tokens -= tokens
+        if not self.busy:
+            self.cpu.engine(busy=True)
         self.busy = True
-        seconds = self.profile.prefill_s(tokens)
+        seconds = self.profile.prefill_s(tokens) * self.cpu.stretch()
         self.busy_s += seconds
         self.clock.at(self.clock.now + seconds, lambda: self._end(batch))
 
@@ -230,24 +365,36 @@ def simulate(
 ) -> list[SimOutcome]:
     """TTFT and TPOT of every request, in the order given."""
     clock = _Clock()
-    decoders = [_DecodeReplica(clock, profile, topology) for _ in range(topology.decode_replicas)]
+    cpu = _Cpu(topology.cores)
+    frontend = _FrontEnd(clock, topology.frontend, cpu)
+    stream = _Stream(clock, frontend)
+    decoders = [
+        _DecodeReplica(clock, profile, topology, cpu, stream)
+        for _ in range(topology.decode_replicas)
+    ]
 
     def to_decode(state: _State) -> None:
         min(decoders, key=lambda d: d.load).add(state)
 
     link = _Link(clock, topology)
     prefillers = [
-        _PrefillReplica(clock, profile, topology, lambda s: link.send(s, to_decode))
+        _PrefillReplica(clock, profile, topology, lambda s: link.send(s, to_decode), cpu)
         for _ in range(topology.prefill_replicas)
     ]
     states = [_State(r, r.prompt_tokens) for r in requests]
+    cost = topology.frontend
 
-    def arrive(state: _State) -> None:
-        if prefillers and state.request.prompt_tokens >= topology.local_prefill_below_tokens:
-            state.remote = True
+    def route(state: _State) -> None:
+        if state.remote:
             min(prefillers, key=lambda p: p.queued_tokens).add(state)
         else:
             to_decode(state)
+
+    def arrive(state: _State) -> None:
+        long = state.request.prompt_tokens >= topology.local_prefill_below_tokens
+        state.remote = bool(prefillers) and long
+        work = 0.0 if cost is None else cost.request_s + cost.remote_request_s * state.remote
+        frontend.visit(work, lambda: route(state))
 
     for state in states:
         clock.at(state.request.arrival, lambda s=state: arrive(s))  # type: ignore[misc]

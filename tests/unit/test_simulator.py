@@ -6,6 +6,7 @@ import statistics
 import pytest
 
 from app.advice.engine_profile import EngineProfile, interpolate
+from app.advice.frontend import FrontEndCost
 from app.advice.planner import candidates, goodput, plan
 from app.advice.simulator import SimRequest, Topology, poisson_arrivals, simulate
 
@@ -116,3 +117,45 @@ def test_short_prompts_skip_the_prefill_pool_below_the_threshold():
     assert outcomes[0].ttft == pytest.approx(S)  # the prefill step samples the first token
     assert outcomes[1].ttft == pytest.approx(S + 0.002 + 0.05)  # + a decode step, the hops
     assert "(< 512 local)" in Topology(1, 1, local_prefill_below_tokens=512).name
+
+
+def test_the_front_end_is_a_server_each_request_and_chunk_visits():
+    # Spaced requests, no contention: TTFT = request CPU + remote hop + prefill + first
+    # step + first chunk; the last chunk ends the stream.
+    cost = FrontEndCost(request_s=0.002, remote_request_s=0.003, chunk_s=0.001, messages_per_s=0)
+    step = 0.004
+    topology = Topology(1, 1, frontend=cost)
+    requests = [SimRequest(i * 10.0, 100, 5) for i in range(3)]
+    for outcome in simulate(requests, flat(step_s=step), topology):
+        assert outcome.ttft == pytest.approx(0.002 + 0.003 + S + step + 0.001)
+        # 4 more steps; each token's chunk (interval 0) is through before the next step
+        # ends, and the last chunk is the stream's end.
+        assert outcome.tpot == pytest.approx(step)
+    # A prompt prefilled on decode skips the prefill hop.
+    local = Topology(1, 1, local_prefill_below_tokens=1000, frontend=cost)
+    (outcome,) = simulate([SimRequest(0.0, 100, 1)], flat(step_s=step), local)
+    assert outcome.ttft == pytest.approx(0.002 + S + 0.001)
+
+
+def test_on_shared_cores_the_front_end_slows_the_engines():
+    """Colocated, one engine, one core: while the front end works, each gets half."""
+    cost = FrontEndCost(request_s=0.0, remote_request_s=0.0, chunk_s=0.002, messages_per_s=0)
+    step = 0.002
+    request = [SimRequest(0.0, 100, 50)]
+    alone = simulate(request, flat(step_s=step), Topology(0, 1, frontend=cost))[0]
+    shared = simulate(request, flat(step_s=step), Topology(0, 1, frontend=cost, cores=1))[0]
+    assert alone.tpot == pytest.approx(step, rel=0.01)
+    # Every step overlaps the previous token's chunk: both run at half speed.
+    assert 1.5 * step < shared.tpot <= 2 * step + 1e-9
+    # Two cores for one engine and the front end: no contention.
+    roomy = simulate(request, flat(step_s=step), Topology(0, 1, frontend=cost, cores=2))[0]
+    assert roomy.tpot == pytest.approx(alone.tpot)
+
+
+def test_tokens_are_batched_into_chunks_as_the_replica_streams_them():
+    cost = FrontEndCost(0.0, 0.0, 0.001, messages_per_s=200, max_interval_s=0.05)
+    assert cost.chunk_interval_s(1) == pytest.approx(0.005)
+    assert cost.chunk_interval_s(40) == pytest.approx(0.05)  # capped
+    assert FrontEndCost(0.0, 0.0, 0.001, messages_per_s=0).chunk_interval_s(40) == 0.0
+    with pytest.raises(ValueError):
+        FrontEndCost(-1.0, 0.0, 0.0)
