@@ -12,19 +12,30 @@ the goodput of the configs that were measured, on the same mix and SLO: splitser
 disaggregated (1 prefill + 1 decode engine, prompts under 512 tokens prefilled on
 decode), the same with every prompt remote, and splitserve colocated (one engine).
 Prints and writes the comparison (docs/planner.md quotes it).
+
+With ``--frontend`` (a :mod:`load_tests.frontend_fit` result, from a run of its own), it
+also predicts with the front-end model: the serving path as a CPU server that every
+request and chunk visits, on the cores it shares with the engines (disaggregated: two
+engines on two cores; colocated: one engine on one core, the front end on the other),
+the per-request overheads then holding only what is not that CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from app.advice.engine_profile import EngineProfile, interpolate
+from app.advice.frontend import FrontEndCost
 from app.advice.planner import goodput
 from app.advice.simulator import Topology
 from app.cli import DEFAULT_MIX, mix_lengths, parse_mix
+from app.config import AppConfig
+
+CORES = 2  # the machine's cores, engines and front end together
 
 MEASURED = {
     "splitserve disaggregated": Topology(1, 1, local_prefill_below_tokens=512),
@@ -40,15 +51,33 @@ def token_overhead(profile: EngineProfile, row: dict[str, Any]) -> float:
     return max(tpot - engine_step, 0.0) / 16
 
 
-def overheads(profile: EngineProfile, rows: dict[str, Any]) -> tuple[float, float]:
-    """(colocated, extra disaggregated) path overhead from the c=1 TTFT medians."""
+def overheads(
+    profile: EngineProfile, rows: dict[str, Any], cost: FrontEndCost | None = None
+) -> tuple[float, float]:
+    """(colocated, extra disaggregated) path overhead from the c=1 TTFT medians; with a
+    front-end model, less the CPU it charges a lone request itself."""
     engine_ttft = profile.prefill_s(128) + profile.decode_step_s(1)
     colocated = rows["splitserve colocated"]["c1"]["ttft_ms"]["p50"] / 1000
     remote = rows["splitserve disaggregated, every prompt remote"]["c1"]["ttft_ms"]["p50"] / 1000
-    base = max(colocated - engine_ttft, 0.0)
+    cpu = cost.request_s + cost.chunk_s if cost else 0.0
+    remote_cpu = cost.remote_request_s if cost else 0.0
+    base = max(colocated - engine_ttft - cpu, 0.0)
     # A remote prefill adds the decode engine's first step and the hops to both pools.
-    extra = max(remote - engine_ttft - base - profile.decode_step_s(1), 0.0)
+    extra = max(remote - engine_ttft - cpu - base - profile.decode_step_s(1) - remote_cpu, 0.0)
     return base, extra
+
+
+def frontend_cost(path: str) -> FrontEndCost:
+    """The fitted costs, streamed as the default config's decode pool streams."""
+    fitted = json.loads(Path(path).read_text())
+    decode = AppConfig().decode
+    return FrontEndCost(
+        request_s=fitted["request_s"],
+        remote_request_s=fitted["remote_request_s"],
+        chunk_s=fitted["chunk_s"],
+        messages_per_s=decode.stream_messages_per_s,
+        max_interval_s=decode.stream_interval_ms / 1000,
+    )
 
 
 def main() -> None:
@@ -57,6 +86,7 @@ def main() -> None:
     parser.add_argument("--compare", default="load_tests/results/compare.json")
     parser.add_argument("--mix", default=DEFAULT_MIX)
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--frontend", help="a load_tests.frontend_fit result")
     parser.add_argument("--out", default="load_tests/results/planner_check.json")
     args = parser.parse_args()
     profile = EngineProfile.load(args.profile)
@@ -72,6 +102,17 @@ def main() -> None:
         "disaggregated_overhead_ms": round(profile.disaggregated_overhead_s * 1000, 2),
         "systems": {},
     }
+    cost = frontend_cost(args.frontend) if args.frontend else None
+    modelled = replace(profile, token_overhead_s=0.0)
+    if cost is not None:
+        modelled.overhead_s, modelled.disaggregated_overhead_s = overheads(profile, rows, cost)
+        result["frontend"] = {
+            "request_ms": round(cost.request_s * 1000, 3),
+            "remote_request_ms": round(cost.remote_request_s * 1000, 3),
+            "chunk_ms": round(cost.chunk_s * 1000, 3),
+            "overhead_ms": round(modelled.overhead_s * 1000, 2),
+            "disaggregated_overhead_ms": round(modelled.disaggregated_overhead_s * 1000, 2),
+        }
     for name, topology in MEASURED.items():
         if name not in rows:
             continue
@@ -79,7 +120,7 @@ def main() -> None:
         profile.token_overhead_s = token_overhead(profile, rows[name])
         predicted = goodput(profile, topology, lengths, ttft_s, tpot_s).goodput
         error = (predicted - measured) / measured if measured else None
-        result["systems"][name] = {
+        system: dict[str, Any] = {
             "topology": topology.name,
             "token_overhead_ms": round(profile.token_overhead_s * 1000, 3),
             "predicted_req_per_s": round(predicted, 2),
@@ -87,6 +128,16 @@ def main() -> None:
             "error": None if error is None else round(error, 3),
         }
         print(f"{name:<28} predicted {predicted:6.2f}  measured {measured}  error {error}")
+        if cost is not None:
+            shared = replace(topology, frontend=cost, cores=CORES)
+            with_cpu = goodput(modelled, shared, lengths, ttft_s, tpot_s).goodput
+            error = (with_cpu - measured) / measured if measured else None
+            system["frontend_model"] = {
+                "predicted_req_per_s": round(with_cpu, 2),
+                "error": None if error is None else round(error, 3),
+            }
+            print(f"{'':<28} with the front end: {with_cpu:6.2f}  error {error}")
+        result["systems"][name] = system
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
 

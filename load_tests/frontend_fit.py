@@ -1,0 +1,131 @@
+"""Fit the front end's CPU costs, from a run of their own, for the planner's front-end model.
+
+    scripts/loopback-netns .venv/bin/python -m load_tests.frontend_fit \
+        [--config serve_configs/default.yaml] [--out load_tests/results/frontend_fit.json]
+
+Starts the app, then runs three closed-loop workloads (``--clients`` clients) and reads
+the CPU seconds of the front-end processes (Serve's proxy, the ingress, the Prefill and
+Decode replicas; not the engines) around each, with the requests, remote prefills and
+content chunks the clients saw:
+
+1. 128-token prompts (prefilled on decode, under ``router.local_prefill_below_tokens``),
+   2 output tokens: mostly the per-request cost;
+2. the same prompts, 128 output tokens: chunks;
+3. 600-token prompts (prefilled remotely), 2 output tokens: the prefill hop;
+4. the same, 128 output tokens (four workloads, three costs: the residuals say how
+   well the model fits).
+
+Then solves CPU = requests x ``request_s`` + remote x ``remote_request_s`` + chunks x
+``chunk_s`` by least squares (:class:`app.advice.frontend.FrontEndCost`) and prints JSON
+with the run conditions and each workload's figures and residual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import psutil
+
+from load_tests.local_app import LocalApp
+from load_tests.process_usage import app_processes, group_of
+from load_tests.run_conditions import machine
+from load_tests.stream_bench import closed_loop
+from load_tests.workloads import fixed
+
+FRONT_END = ("Serve proxy", "Ingress replica", "Prefill replica", "Decode replica")
+# (name, prompt tokens, output tokens, prefilled remotely)
+WORKLOADS = (
+    ("local, 2 out", 128, 2, False),
+    ("local, 128 out", 128, 128, False),
+    ("remote, 2 out", 600, 2, True),
+    ("remote, 128 out", 600, 128, True),  # a fourth, to see how well three costs fit
+)
+
+
+def front_end_cpu_s() -> dict[str, float]:
+    """CPU seconds (user + system) each front-end group has used so far."""
+    used = dict.fromkeys(FRONT_END, 0.0)
+    for process in app_processes():
+        group = group_of(process)
+        if group not in used:
+            continue
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        used[group] += times.user + times.system
+    return used
+
+
+async def workload(
+    url: str, prompt: int, output: int, count: int, clients: int, seed: int
+) -> dict[str, Any]:
+    requests = fixed(random.Random(seed), count, input_len=prompt, output_len=output)
+    before = front_end_cpu_s()
+    started = time.perf_counter()
+    async with httpx.AsyncClient(timeout=300) as client:
+        timings, failures = await closed_loop(client, url, None, requests, clients)
+    wall = time.perf_counter() - started
+    after = front_end_cpu_s()
+    if failures:
+        raise RuntimeError(f"{len(failures)} requests failed: {failures[:3]}")
+    remote = sum(1 for t in timings if (t.server or {}).get("disaggregated"))
+    return {
+        "requests": len(timings),
+        "remote": remote,
+        "chunks": sum(len(t.chunk_gaps) + 1 for t in timings),
+        "wall_s": round(wall, 2),
+        "cpu_s": {g: round(after[g] - before[g], 3) for g in FRONT_END},
+        "cpu_s_total": sum(after[g] - before[g] for g in FRONT_END),
+    }
+
+
+def fit(rows: list[dict[str, Any]]) -> tuple[np.ndarray, list[float]]:
+    """(request_s, remote_request_s, chunk_s) by least squares, and each row's residual."""
+    a = np.array([[r["requests"], r["remote"], r["chunks"]] for r in rows], dtype=float)
+    b = np.array([r["cpu_s_total"] for r in rows])
+    costs, *_ = np.linalg.lstsq(a, b, rcond=None)
+    costs = np.clip(costs, 0.0, None)
+    return costs, [float(x) for x in b - a @ costs]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="serve_configs/default.yaml")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--out", default="load_tests/results/frontend_fit.json")
+    args = parser.parse_args()
+    rows = []
+    with LocalApp(args.config) as app:
+        asyncio.run(workload(app.url, 128, 4, 8, 1, seed=99))  # warm the path
+        for n, (name, prompt, output, remote) in enumerate(WORKLOADS):
+            row = asyncio.run(workload(app.url, prompt, output, args.requests, args.clients, n))
+            if remote != (row["remote"] == row["requests"]):
+                raise RuntimeError(f"{name}: {row['remote']} of {row['requests']} went remote")
+            rows.append({"workload": name, **row})
+    costs, residuals = fit(rows)
+    result = {
+        "conditions": {**vars(args), "machine": machine()},
+        "workloads": [
+            {**r, "residual_s": round(e, 3)} for r, e in zip(rows, residuals, strict=True)
+        ],
+        "request_s": round(float(costs[0]), 6),
+        "remote_request_s": round(float(costs[1]), 6),
+        "chunk_s": round(float(costs[2]), 6),
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
