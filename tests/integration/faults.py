@@ -109,6 +109,7 @@ def wait_processes_gone(pids: list[int], timeout_s: float = 60.0) -> None:
 
 TOKENS = 200
 KILL_AFTER = 20
+AFTER_CUT = 8  # tokens after a move that must match the uninterrupted run, in bfloat16
 BODY = {"temperature": 0, "max_tokens": TOKENS, "ignore_eos": True, "return_token_ids": True}
 
 
@@ -177,9 +178,22 @@ def serving_decode_replica() -> Any:
 
 
 def check_migrated(
-    events: list[Any], reference: dict[str, Any], prompt: list[int], cause: str
+    events: list[Any],
+    reference: dict[str, Any],
+    prompt: list[int],
+    cause: str,
+    base: str = "",
+    exact: bool = True,
 ) -> None:
-    """The stream moved once for ``cause`` and the client got the uninterrupted answer."""
+    """The stream moved once for ``cause`` and the client got the uninterrupted answer.
+
+    ``exact``: token for token (a float32 model). Otherwise (bfloat16) the new engine's
+    one-pass prefill of the streamed tokens may round differently from decoding them one
+    by one, and on the random tiny model a near-tie can flip tens of tokens after the
+    cut (docs/reliability.md): then every token streamed before the move and the first
+    ``AFTER_CUT`` after it must match (a token lost or repeated at the cut shows there),
+    and the text must be the app's detokenization (``base``'s /detokenize) of the tokens.
+    """
     assert not [e for e in events if "error" in e], [e for e in events if "error" in e]
     choices = [c for e in events for c in e.get("choices", [])]
     tokens = [t for c in choices for t in c.get("token_ids") or []]
@@ -187,21 +201,25 @@ def check_migrated(
     first_diff = next(
         (i for i, (a, b) in enumerate(zip(tokens, expected, strict=False)) if a != b), None
     )
-    assert tokens == expected, (  # token for token
+    [migration] = events[-1]["splitserve"]["migrations"]
+    why = (
         f"{len(tokens)} tokens vs {len(expected)}; first difference at {first_diff}",
         events[-1].get("splitserve"),
     )
-    # The text too: after the move the ingress detokenizes the whole answer, so even a
-    # character whose bytes span the cut is whole.
     text = "".join(c["text"] for c in choices)
-    assert text == reference["text"], (
-        events[-1].get("splitserve"),
-        len(text),
-        len(reference["text"]),
-    )
+    if exact or tokens == expected:
+        assert tokens == expected, why  # token for token
+        # The text too: after the move the ingress detokenizes the whole answer, so even
+        # a character whose bytes span the cut is whole.
+        assert text == reference["text"], (events[-1].get("splitserve"), len(text))
+    else:
+        checked = migration["tokens_sent"] + AFTER_CUT
+        assert len(tokens) == len(expected) and tokens[:checked] == expected[:checked], why
+        response = httpx.post(f"{base}/detokenize", json={"tokens": tokens}, timeout=60)
+        assert response.status_code == 200, response.text
+        assert text == response.json()["prompt"], (events[-1].get("splitserve"), len(text))
     final = events[-1]
     assert final["usage"]["completion_tokens"] == TOKENS
     assert final["usage"]["prompt_tokens"] == len(prompt)
-    [migration] = final["splitserve"]["migrations"]
     assert migration["cause"] == cause, migration
     assert migration["tokens_sent"] >= KILL_AFTER
