@@ -145,6 +145,7 @@ def cmd_profile(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from app.advice.engine_profile import EngineProfile
+    from app.advice.frontend import FrontEndCost
     from app.advice.planner import plan
 
     profile = EngineProfile.load(args.profile)
@@ -155,6 +156,7 @@ def cmd_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     lengths = mix_lengths(parse_mix(args.mix), args.requests, args.seed)
     kv_bytes = _kv_bytes_per_token(args) if args.link_gbps else 0
     slo, target = slo_from_options(args)
+    frontend = FrontEndCost.from_fit(args.frontend) if args.frontend else None
     plans = plan(
         profile,
         args.accelerators,
@@ -165,6 +167,8 @@ def cmd_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         args.link_gbps,
         args.seconds,
         target,
+        frontend,
+        args.cores,
     )
     rows = [
         {
@@ -235,6 +239,18 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--overhead-ms", type=float, help="serving path per request (colocated)")
     pl.add_argument("--disaggregated-overhead-ms", type=float, help="extra per disagg. request")
     pl.add_argument("--link-gbps", type=float, default=0.0, help="KV link; 0: free")
+    pl.add_argument(
+        "--frontend",
+        help="the serving path's CPU costs (JSON from load_tests.frontend_fit): modelled as "
+        "a server every request and chunk visits",
+    )
+    pl.add_argument(
+        "--cores",
+        type=int,
+        default=0,
+        help="cores the engines and the front end share; 0: each engine has its own and "
+        "the front end runs beside them",
+    )
     pl.add_argument("--seed", type=int, default=0)
 
     for sub in (kv, adv, prof, pl):

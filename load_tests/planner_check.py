@@ -33,7 +33,6 @@ from app.advice.frontend import FrontEndCost
 from app.advice.planner import goodput
 from app.advice.simulator import Topology
 from app.cli import DEFAULT_MIX, mix_lengths, parse_mix
-from app.config import AppConfig
 
 CORES = 2  # the machine's cores, engines and front end together
 
@@ -67,19 +66,6 @@ def overheads(
     return base, extra
 
 
-def frontend_cost(path: str) -> FrontEndCost:
-    """The fitted costs, streamed as the default config's decode pool streams."""
-    fitted = json.loads(Path(path).read_text())
-    decode = AppConfig().decode
-    return FrontEndCost(
-        request_s=fitted["request_s"],
-        remote_request_s=fitted["remote_request_s"],
-        chunk_s=fitted["chunk_s"],
-        messages_per_s=decode.stream_messages_per_s,
-        max_interval_s=decode.stream_interval_ms / 1000,
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="load_tests/results/engine_profile.json")
@@ -102,7 +88,7 @@ def main() -> None:
         "disaggregated_overhead_ms": round(profile.disaggregated_overhead_s * 1000, 2),
         "systems": {},
     }
-    cost = frontend_cost(args.frontend) if args.frontend else None
+    cost = FrontEndCost.from_fit(args.frontend) if args.frontend else None
     modelled = replace(profile, token_overhead_s=0.0)
     if cost is not None:
         modelled.overhead_s, modelled.disaggregated_overhead_s = overheads(profile, rows, cost)

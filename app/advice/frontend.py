@@ -14,7 +14,9 @@ that differ in requests, chunks and remote prefills, solved for the three costs.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -37,3 +39,19 @@ class FrontEndCost:
         if self.messages_per_s <= 0:
             return 0.0
         return min(self.max_interval_s, streams / self.messages_per_s)
+
+    @classmethod
+    def from_fit(cls, path: str | Path) -> FrontEndCost:
+        """The costs a :mod:`load_tests.frontend_fit` run wrote, streamed as the default
+        config's decode pool streams."""
+        from app.config import AppConfig
+
+        fitted = json.loads(Path(path).read_text())
+        decode = AppConfig().decode
+        return cls(
+            request_s=float(fitted["request_s"]),
+            remote_request_s=float(fitted["remote_request_s"]),
+            chunk_s=float(fitted["chunk_s"]),
+            messages_per_s=decode.stream_messages_per_s,
+            max_interval_s=decode.stream_interval_ms / 1000,
+        )

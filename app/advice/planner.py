@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.advice.engine_profile import EngineProfile
+from app.advice.frontend import FrontEndCost
 from app.advice.goodput import SLO, attainment, find_goodput, requests_at
 from app.advice.simulator import Topology, poisson_arrivals, simulate
 
@@ -61,13 +62,19 @@ def goodput(
 
 
 def candidates(
-    accelerators: int, kv_bytes_per_token: int = 0, link_gbps: float = 0.0
+    accelerators: int,
+    kv_bytes_per_token: int = 0,
+    link_gbps: float = 0.0,
+    frontend: FrontEndCost | None = None,
+    cores: int = 0,
 ) -> list[Topology]:
-    """Every P:D split of ``accelerators`` engines, and all of them colocated."""
+    """Every P:D split of ``accelerators`` engines, and all of them colocated (with the
+    front end's CPU on ``cores`` shared cores, when given)."""
     splits = [
-        Topology(p, accelerators - p, kv_bytes_per_token, link_gbps) for p in range(1, accelerators)
+        Topology(p, accelerators - p, kv_bytes_per_token, link_gbps, frontend=frontend, cores=cores)
+        for p in range(1, accelerators)
     ]
-    return [*splits, Topology(0, accelerators)]
+    return [*splits, Topology(0, accelerators, frontend=frontend, cores=cores)]
 
 
 def plan(
@@ -80,11 +87,13 @@ def plan(
     link_gbps: float = 0.0,
     duration_s: float = 60.0,
     target: float = 0.9,
+    frontend: FrontEndCost | None = None,
+    cores: int = 0,
 ) -> list[Plan]:
     """Candidates ranked by goodput per accelerator (the highest rate at which a
     ``target`` share of requests meets both targets), best first."""
     plans = [
         goodput(profile, topology, lengths, ttft_s, tpot_s, target, duration_s=duration_s)
-        for topology in candidates(accelerators, kv_bytes_per_token, link_gbps)
+        for topology in candidates(accelerators, kv_bytes_per_token, link_gbps, frontend, cores)
     ]
     return sorted(plans, key=lambda p: -p.per_accelerator)

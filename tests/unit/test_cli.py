@@ -94,6 +94,27 @@ def test_plan_ranks_topologies(capsys, tmp_path):
     assert best["goodput_per_accelerator"] > 1.5 * split["goodput_per_accelerator"]
 
 
+def test_plan_charges_the_front_end_on_shared_cores(capsys, tmp_path):
+    # A front end that needs 2 ms of CPU per request and 1 ms per chunk, on the two cores
+    # the engines use: every split serves less than when it has cores of its own.
+    profile = EngineProfile(prefill=[(0, 0.0), (2000, 0.002)], decode=[(1, 0.002), (64, 0.01)])
+    profile.save(tmp_path / "p.json")
+    fit = {"request_s": 0.002, "remote_request_s": 0.001, "chunk_s": 0.001}
+    (tmp_path / "fit.json").write_text(json.dumps(fit))
+    common = ["plan", "--profile", str(tmp_path / "p.json"), "--accelerators", "2",
+              "--requests", "60", "--seconds", "5", "--json"]  # fmt: skip
+
+    def goodputs(*extra):
+        code, out, _ = run(capsys, *common, *extra)
+        assert code == 0
+        return {p["topology"]: p["goodput_req_per_s"] for p in json.loads(out)["plans"]}
+
+    free = goodputs()
+    shared = goodputs("--frontend", str(tmp_path / "fit.json"), "--cores", "2")
+    for topology, rate in shared.items():
+        assert rate < free[topology], (topology, rate, free[topology])
+
+
 def test_mix_parsing():
     assert parse_mix("128:128:0.8,1536:8:0.2") == [(128, 128, 0.8), (1536, 8, 0.2)]
     for bad in ("128:128", "128:128:0.5", "0:1:1", "a:b:c"):
