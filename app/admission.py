@@ -97,9 +97,7 @@ class Admission:
 
     def recent_wait_s(self) -> float:
         """The median first-token wait of requests served in the last ``window_s`` (0 if none)."""
-        horizon = self.clock() - self.window_s
-        while self._served and self._served[0][0] < horizon:
-            self._served.popleft()
+        self._forget_before(self.clock() - self.window_s)
         if not self._served:
             return 0.0
         return statistics.median(waited for _, waited in self._served)
@@ -131,6 +129,10 @@ class Admission:
         self._waiting[number] = (self.clock(), self.waiting)
         return Ticket(self, number)
 
+    def _forget_before(self, horizon: float) -> None:
+        while self._served and self._served[0][0] < horizon:
+            self._served.popleft()
+
     def _refuse(self, why: str) -> None:
         self.shed += 1
         raise Overloaded(f"server overloaded: {why}; retry later", self.retry_after_s)
@@ -143,6 +145,7 @@ class Admission:
         now = self.clock()
         waited = now - since
         self._served.append((now, waited))
+        self._forget_before(now - self.window_s)  # kept only as long as the window
         if not self.learn_depth:
             return
         if waited > self.limit_s and ahead:

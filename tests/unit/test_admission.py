@@ -118,3 +118,14 @@ def test_the_depth_rule_can_be_turned_off():
         clock.now += 0.5
         ticket.first_token()
     assert admission.depth == 100
+
+
+def test_served_requests_are_kept_only_as_long_as_the_window():
+    # Light load: every request is served before the next arrives, so no admission ever
+    # reads the recent waits; they must not pile up for the life of the replica.
+    clock = Clock()
+    admission = _admission(clock)  # window 2 s
+    for _ in range(1000):
+        admission.admit().first_token()
+        clock.now += 0.1
+    assert len(admission._served) <= 21
