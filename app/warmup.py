@@ -128,7 +128,7 @@ async def warm_pair_from_prefill(
     await _warm_peers(push, decode_replicas, transports, report)
 
 
-def _pair_request(server: Any, side: str) -> Any:
+def _pair_request(server: Any, side: str) -> Callable[[Transport], GenerateRequest]:
     def request(transport: Transport) -> GenerateRequest:
         return GenerateRequest(
             f"warmup-pair-{side}-{transport}-{server.engine_id}-{uuid.uuid4().hex[:6]}",
