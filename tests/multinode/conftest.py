@@ -36,9 +36,14 @@ class MultiNode:
 def multinode() -> Any:
     if not inside_testnet():
         pytest.skip("not inside the test network: run `make test-multinode`")
+    # Its ingress on host a too: the ingress serves HTTP on the head's address, which a
+    # replica placed on host b cannot bind (every port of its range failed there once).
     colocated = merge(
         config_args(CONFIGS / "colocated.yaml"),
-        {"decode": {"ray_actor_options": {"num_cpus": 1, "resources": {"host_a": 1}}}},
+        {
+            "decode": {"ray_actor_options": {"num_cpus": 1, "resources": {"host_a": 1}}},
+            "ingress": {"ray_actor_options": {"resources": {"host_a": 0.01}}},
+        },
     )
     with TestnetCluster(("a", "b")) as cluster:
         yield MultiNode(
