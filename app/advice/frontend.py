@@ -15,8 +15,14 @@ that differ in requests, chunks and remote prefills, solved for the three costs.
 from __future__ import annotations
 
 import json
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.advice.simulator import _Clock, _State
 
 
 @dataclass(frozen=True)
@@ -55,3 +61,82 @@ class FrontEndCost:
             messages_per_s=decode.stream_messages_per_s,
             max_interval_s=decode.stream_interval_ms / 1000,
         )
+
+
+# The simulator's side: the cores, the server, and the streams that visit it.
+
+
+class SharedCores:
+    """The cores engines and the front end share: a step or job started while more of
+    them are busy than there are cores takes longer by busy / cores."""
+
+    def __init__(self, cores: int) -> None:
+        self.cores = cores
+        self.engines_busy = 0
+        self.frontend_busy = False
+
+    def engine(self, busy: bool) -> None:
+        self.engines_busy += 1 if busy else -1
+
+    def stretch(self) -> float:
+        if not self.cores:
+            return 1.0
+        return max(1.0, (self.engines_busy + int(self.frontend_busy)) / self.cores)
+
+
+class FrontEndServer:
+    """One FIFO server every request and streamed chunk visits (none: free and instant)."""
+
+    def __init__(self, clock: _Clock, cost: FrontEndCost | None, cpu: SharedCores) -> None:
+        self.clock, self.cost, self.cpu = clock, cost, cpu
+        self.queue: deque[tuple[float, Callable[[], None]]] = deque()
+
+    def visit(self, work_s: float, then: Callable[[], None]) -> None:
+        if self.cost is None:
+            then()
+            return
+        self.queue.append((work_s, then))
+        if not self.cpu.frontend_busy:
+            self._next()
+
+    def _next(self) -> None:
+        if not self.queue:
+            self.cpu.frontend_busy = False
+            return
+        self.cpu.frontend_busy = True
+        work_s, then = self.queue.popleft()
+        seconds = work_s * self.cpu.stretch()
+
+        def done() -> None:
+            then()
+            self._next()
+
+        self.clock.at(self.clock.now + seconds, done)
+
+
+class Streams:
+    """How a decode replica's tokens reach clients: in chunks, through the front end; a
+    token counts as delivered when its chunk is through."""
+
+    def __init__(self, clock: _Clock, frontend: FrontEndServer) -> None:
+        self.clock, self.frontend = clock, frontend
+        self.chunk_s = frontend.cost.chunk_s if frontend.cost else 0.0
+
+    def chunk(self, state: _State, first: bool = False, last: bool = False) -> None:
+        """A chunk leaves the engine now (with the stream's first and/or last token)."""
+        state.last_chunk = self.clock.now
+
+        def through() -> None:
+            if first:
+                state.first_token = self.clock.now
+            if last:
+                state.finished = self.clock.now
+
+        self.frontend.visit(self.chunk_s, through)
+
+    def token(self, state: _State, streams: int) -> None:
+        """A token in the middle of a stream: a chunk once the stream's interval is up."""
+        cost = self.frontend.cost
+        if cost is None or self.clock.now - state.last_chunk < cost.chunk_interval_s(streams):
+            return
+        self.chunk(state)

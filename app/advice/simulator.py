@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.advice.engine_profile import EngineProfile
-from app.advice.frontend import FrontEndCost
+from app.advice.frontend import FrontEndCost, FrontEndServer, SharedCores, Streams
 
 
 @dataclass(frozen=True)
@@ -118,101 +118,6 @@ class _Clock:
             action()
 
 
-class _Cpu:
-    """The cores engines and the front end share: a step or job started while more of
-    them are busy than there are cores takes longer by busy / cores."""
-
-    def __init__(self, cores: int) -> None:
-        self.cores = cores
-        self.engines_busy = 0
-        self.frontend_busy = False
-
-    def engine(self, busy: bool) -> None:
-        self.engines_busy += 1 if busy else -1
-
-    def stretch(self) -> float:
-        if not self.cores:
-            return 1.0
-        return max(1.0, (self.engines_busy + int(self.frontend_busy)) / self.cores)
-
-
-class _FrontEnd:
-    """One FIFO server every request and streamed chunk visits (none: free and instant)."""
-
-    def __init__(self, clock: _Clock, cost: FrontEndCost | None, cpu: _Cpu) -> None:
-        self.clock, self.cost, self.cpu = clock, cost, cpu
-        self.queue: deque[tuple[float, Callable[[], None]]] = deque()
-        self.busy_s = 0.0
-
-    def visit(self, work_s: float, then: Callable[[], None]) -> None:
-        if self.cost is None:
-            then()
-            return
-        self.queue.append((work_s, then))
-        if not self.cpu.frontend_busy:
-            self._next()
-
-    def _next(self) -> None:
-        if not self.queue:
-            self.cpu.frontend_busy = False
-            return
-        self.cpu.frontend_busy = True
-        work_s, then = self.queue.popleft()
-        seconds = work_s * self.cpu.stretch()
-        self.busy_s += seconds
-
-        def done() -> None:
-            then()
-            self._next()
-
-        self.clock.at(self.clock.now + seconds, done)
-
-
-class _Stream:
-    """How a decode replica's tokens reach clients: through the front end, in chunks."""
-
-    def __init__(self, clock: _Clock, frontend: _FrontEnd) -> None:
-        self.clock, self.frontend = clock, frontend
-
-    def first(self, state: _State) -> None:
-        state.last_chunk = self.clock.now
-        if self.frontend.cost is None:
-            state.first_token = self.clock.now
-            return
-        self.frontend.visit(self.frontend.cost.chunk_s, lambda: _set_first(state, self.clock))
-
-    def whole(self, state: _State) -> None:
-        if self.frontend.cost is None:
-            state.first_token = state.finished = self.clock.now
-            return
-
-        def delivered() -> None:
-            state.first_token = state.finished = self.clock.now
-
-        self.frontend.visit(self.frontend.cost.chunk_s, delivered)
-
-    def token(self, state: _State, streams: int) -> None:
-        cost = self.frontend.cost
-        if cost is None or self.clock.now - state.last_chunk < cost.chunk_interval_s(streams):
-            return
-        state.last_chunk = self.clock.now
-        self.frontend.visit(cost.chunk_s, lambda: None)
-
-    def last(self, state: _State) -> None:
-        if self.frontend.cost is None:
-            state.finished = self.clock.now
-            return
-        self.frontend.visit(self.frontend.cost.chunk_s, lambda: _set_finished(state, self.clock))
-
-
-def _set_first(state: _State, clock: _Clock) -> None:
-    state.first_token = clock.now
-
-
-def _set_finished(state: _State, clock: _Clock) -> None:
-    state.finished = clock.now
-
-
 class _DecodeReplica:
     """Steps back to back while it has requests; colocated replicas also prefill."""
 
@@ -221,12 +126,12 @@ class _DecodeReplica:
         clock: _Clock,
         profile: EngineProfile,
         topology: Topology,
-        cpu: _Cpu | None = None,
-        stream: _Stream | None = None,
+        cpu: SharedCores | None = None,
+        stream: Streams | None = None,
     ) -> None:
         self.clock, self.profile, self.topology = clock, profile, topology
-        self.cpu = cpu or _Cpu(0)
-        self.stream = stream or _Stream(clock, _FrontEnd(clock, None, self.cpu))
+        self.cpu = cpu or SharedCores(0)
+        self.stream = stream or Streams(clock, FrontEndServer(clock, None, self.cpu))
         self.waiting: deque[_State] = deque()
         self.running: list[_State] = []
         self.busy = False
@@ -279,14 +184,14 @@ class _DecodeReplica:
             else:
                 state.tokens_out += 1  # the step that ends a prefill samples a token
                 if state.tokens_out >= state.request.output_tokens:
-                    self.stream.whole(state)  # one chunk: the only token and the end
+                    self.stream.chunk(state, first=True, last=True)  # the only token
                 else:
-                    self.stream.first(state)
+                    self.stream.chunk(state, first=True)
                     self.running.append(state)
         streams = len(self.running)
         for state in list(self.running):
             if state.tokens_out >= state.request.output_tokens:
-                self.stream.last(state)
+                self.stream.chunk(state, last=True)
                 self.running.remove(state)
             elif state in decoding:
                 self.stream.token(state, streams)
@@ -300,10 +205,10 @@ class _PrefillReplica:
         profile: EngineProfile,
         topology: Topology,
         done: Callable[[_State], None],
-        cpu: _Cpu | None = None,
+        cpu: SharedCores | None = None,
     ) -> None:
         self.clock, self.profile, self.topology, self.done = clock, profile, topology, done
-        self.cpu = cpu or _Cpu(0)
+        self.cpu = cpu or SharedCores(0)
         self.queue: deque[_State] = deque()
         self.queued_tokens = 0
         self.busy = False
@@ -365,9 +270,9 @@ def simulate(
 ) -> list[SimOutcome]:
     """TTFT and TPOT of every request, in the order given."""
     clock = _Clock()
-    cpu = _Cpu(topology.cores)
-    frontend = _FrontEnd(clock, topology.frontend, cpu)
-    stream = _Stream(clock, frontend)
+    cpu = SharedCores(topology.cores)
+    frontend = FrontEndServer(clock, topology.frontend, cpu)
+    stream = Streams(clock, frontend)
     decoders = [
         _DecodeReplica(clock, profile, topology, cpu, stream)
         for _ in range(topology.decode_replicas)
