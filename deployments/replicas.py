@@ -6,27 +6,33 @@ from __future__ import annotations
 POOL_NAMES = {"prefill": "Prefill", "decode": "Decode", "colocated": "Colocated"}
 
 
-def replica_ids(application: str, deployment: str) -> list[str]:
-    """Unique ids of ``deployment``'s live replica actors (starting ones included).
+def replica_actor_names(application: str, deployment: str) -> list[str]:
+    """The actor names of ``deployment``'s live replicas (starting ones included), as Serve
+    names them (``SERVE_REPLICA::<app>#<deployment>#<id>``, namespace ``serve``).
 
-    Read from the named actors Ray's GCS lists (Serve names each replica's actor), so it
-    needs neither Serve's controller nor the dashboard.
+    Read from the named actors Ray's GCS lists, so it needs neither Serve's controller
+    nor the dashboard.
     """
     import ray.util
     from ray.serve._private.common import ReplicaID
 
     found = []
     for actor in ray.util.list_named_actors(all_namespaces=True):
-        name = actor["name"] if isinstance(actor, dict) else str(actor)
+        name = actor["name"]
         if not ReplicaID.is_full_id_str(name):
             continue
-        replica = ReplicaID.from_full_id_str(name)
-        if (replica.deployment_id.app_name, replica.deployment_id.name) == (
-            application,
-            deployment,
-        ):
-            found.append(replica.unique_id)
+        deployment_id = ReplicaID.from_full_id_str(name).deployment_id
+        if (deployment_id.app_name, deployment_id.name) == (application, deployment):
+            found.append(name)
     return sorted(found)
+
+
+def replica_ids(application: str, deployment: str) -> list[str]:
+    """Unique ids of ``deployment``'s live replicas (starting ones included)."""
+    from ray.serve._private.common import ReplicaID
+
+    names = replica_actor_names(application, deployment)
+    return sorted(ReplicaID.from_full_id_str(name).unique_id for name in names)
 
 
 def running_replicas(application: str, deployment: str) -> int:

@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 import ray
 
+from deployments.replicas import replica_actor_names
 from load_tests.local_app import LocalApp
 from load_tests.run_conditions import machine
 from load_tests.stats import StreamTiming, summarize
@@ -40,11 +41,7 @@ from load_tests.stream_bench import RequestFailed, one_request
 
 def kill_busiest_decode(app_name: str) -> int:
     """``ray.kill`` the Decode replica with the most requests ongoing; their count."""
-    names = [
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["name"].startswith(f"SERVE_REPLICA::{app_name}#Decode#")
-    ]
+    names = replica_actor_names(app_name, "Decode")
     actors = [ray.get_actor(name, namespace="serve") for name in names]
     ongoing: list[Any] = ray.get([a.get_num_ongoing_requests.remote() for a in actors])
     busiest = max(range(len(actors)), key=lambda i: int(ongoing[i]))

@@ -16,6 +16,7 @@ import psutil
 import ray
 from ray import serve
 
+from deployments.replicas import replica_actor_names
 from load_tests.stream_bench import sse_lines_sync
 
 APP = "splitserve"
@@ -150,12 +151,7 @@ def stream_with_a_kill(base: str, prompt: list[int], kill: Callable[[], None]) -
 
 
 def _decode_replica_names() -> list[str]:
-    """Serve names a replica's actor ``SERVE_REPLICA::<app>#<deployment>#<id>``."""
-    return [
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["name"].startswith(f"SERVE_REPLICA::{APP}#Decode#")
-    ]
+    return replica_actor_names(APP, "Decode")
 
 
 def decode_replica_actor() -> Any:
