@@ -31,12 +31,11 @@ import httpx
 from app.config import AppConfig
 from load_tests.local_app import LocalApp, config_args, merge
 from load_tests.migration_bench import kill_busiest_decode
-from load_tests.overload import OUTPUT, PROMPT, capacity
+from load_tests.overload import arrivals, capacity
 from load_tests.process_usage import memory_by_group
 from load_tests.run_conditions import machine
 from load_tests.stats import summarize
 from load_tests.stream_bench import RequestFailed, one_request
-from load_tests.workloads import fixed
 
 ENGINE_GROUPS = ("engine core", "Prefill replica", "Decode replica", "Ingress replica")
 
@@ -71,13 +70,7 @@ async def open_loop(
             end["elapsed_s"] = time.perf_counter() - started
             ends.append(end)
 
-        tasks = []
-        started = time.perf_counter()
-        while (now := time.perf_counter() - started) < seconds:
-            prompt, max_tokens = fixed(rng, 1, PROMPT, OUTPUT)[0]
-            tasks.append(asyncio.create_task(send(now, prompt, max_tokens)))
-            await asyncio.sleep(rng.expovariate(rate))
-        await asyncio.gather(*tasks)
+        await arrivals(rate, seconds, rng, send)
     return ends
 
 

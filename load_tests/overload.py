@@ -23,6 +23,7 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -100,15 +101,28 @@ async def poisson(url: str, rate: float, seconds: float, seed: int) -> dict[str,
                 key = type(exc).__name__
             statuses[key] = statuses.get(key, 0) + 1
 
-        tasks = []
         started = time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            prompt, max_tokens = fixed(rng, 1, PROMPT, OUTPUT)[0]
-            tasks.append(asyncio.create_task(send(prompt, max_tokens)))
-            await asyncio.sleep(rng.expovariate(rate))
-        await asyncio.gather(*tasks)
+        sent = await arrivals(rate, seconds, rng, lambda _at, p, n: send(p, n))
         wall = time.perf_counter() - started
-    return {"sent": len(tasks), "statuses": statuses, "timings": timings, "wall_s": wall}
+    return {"sent": sent, "statuses": statuses, "timings": timings, "wall_s": wall}
+
+
+async def arrivals(
+    rate: float,
+    seconds: float,
+    rng: random.Random,
+    send: Callable[[float, list[int], int], Coroutine[Any, Any, None]],
+) -> int:
+    """Poisson arrivals of this run's requests at ``rate`` for ``seconds``: ``send(sent at
+    (s), prompt, max_tokens)`` for each, all awaited; how many were sent."""
+    tasks = []
+    started = time.perf_counter()
+    while (now := time.perf_counter() - started) < seconds:
+        prompt, max_tokens = fixed(rng, 1, PROMPT, OUTPUT)[0]
+        tasks.append(asyncio.create_task(send(now, prompt, max_tokens)))
+        await asyncio.sleep(rng.expovariate(rate))
+    await asyncio.gather(*tasks)
+    return len(tasks)
 
 
 def summary(run: dict[str, Any], budget_s: float) -> dict[str, Any]:
