@@ -9,6 +9,8 @@ its busy clock (:class:`app.engine_metrics.BusyClock`):
 - ``requests_per_s``, ``prompt_tokens_per_s``, ``uncached_prompt_tokens_per_s``: arrivals
   the engine finished prefilling (from the TTFT histogram's count and the prompt-token
   counters);
+- ``arrived_prompt_tokens_per_s``: prompt tokens handed to the engine, counted as they
+  arrive (the replica's own count): above ``prompt_tokens_per_s`` while prompts queue;
 - ``busy``: the share of the window the engine was stepping (its utilization);
 - ``ttft_s``, ``tpot_s``: the SLO percentile of the engine's time to first token and of
   its inter-token latency over the window (0 when nothing was measured:
@@ -52,6 +54,7 @@ class Snapshot:
 
     at_s: float
     busy_s: float
+    arrived_prompt_tokens: float = 0.0
     prompt_tokens: float = 0.0
     cached_prompt_tokens: float = 0.0
     ttft: Buckets = ()
@@ -86,14 +89,18 @@ def _minus(later: Buckets, earlier: Buckets) -> Buckets:
     return tuple((bound, count - before.get(bound, 0.0)) for bound, count in later)
 
 
-def read_registry(busy_s: float, clock: Callable[[], float] = time.monotonic) -> Snapshot:
+def read_registry(
+    busy_s: float, arrived_prompt_tokens: float = 0.0, clock: Callable[[], float] = time.monotonic
+) -> Snapshot:
     """This process's vLLM metrics now (summed over label sets)."""
     from prometheus_client import REGISTRY
 
-    return snapshot_from(REGISTRY.collect(), busy_s, clock())
+    return snapshot_from(REGISTRY.collect(), busy_s, clock(), arrived_prompt_tokens)
 
 
-def snapshot_from(metrics: Iterable[Any], busy_s: float, at_s: float) -> Snapshot:
+def snapshot_from(
+    metrics: Iterable[Any], busy_s: float, at_s: float, arrived_prompt_tokens: float = 0.0
+) -> Snapshot:
     """A :class:`Snapshot` from ``prometheus_client`` metric families."""
     totals: dict[str, float] = {}
     buckets: dict[str, dict[float, float]] = {TTFT: {}, ITL: {}}
@@ -113,6 +120,7 @@ def snapshot_from(metrics: Iterable[Any], busy_s: float, at_s: float) -> Snapsho
     return Snapshot(
         at_s=at_s,
         busy_s=busy_s,
+        arrived_prompt_tokens=arrived_prompt_tokens,
         prompt_tokens=totals.get(f"{PROMPT_TOKENS}_total", 0.0),
         cached_prompt_tokens=totals.get(f"{CACHED_PROMPT_TOKENS}_total", 0.0),
         ttft=tuple(sorted(buckets[TTFT].items())),
@@ -151,6 +159,10 @@ class WindowStats:
             **figures,
             "requests_per_s": (ttft[-1][1] if ttft else 0.0) / span,
             "prompt_tokens_per_s": prompt / span,
+            "arrived_prompt_tokens_per_s": (
+                newest.arrived_prompt_tokens - oldest.arrived_prompt_tokens
+            )
+            / span,
             "uncached_prompt_tokens_per_s": max(0.0, prompt - cached) / span,
             "tokens_per_s": (itl[-1][1] if itl else 0.0) / span,
             "busy": min(1.0, max(0.0, (newest.busy_s - oldest.busy_s) / span)),

@@ -81,6 +81,9 @@ class EngineServer:
         self.stream_messages_per_s = stream_messages_per_s
         self.streams = 0  # generate() calls in progress
         self.busy = busy or BusyClock()
+        # Prompt tokens handed to the engine, counted as they arrive (the SLO policy
+        # compares them with those the engine prefilled: app.autoscaling_stats).
+        self.arrived_prompt_tokens = 0
 
     @classmethod
     def start(
@@ -265,6 +268,7 @@ class EngineServer:
 
     async def _run(self, request: GenerateRequest, params: Any) -> AsyncIterator[Any]:
         finished = False
+        self.arrived_prompt_tokens += len(request.prompt_token_ids)
         self.busy.submitted()
         try:
             async for output in self.engine.generate(

@@ -6,9 +6,12 @@
 it (the KV's arrival and the first step, measured on decode). Each prefill engine is
 treated as a single-server queue: with service time S per prompt (busy seconds per
 prefill) and utilization u, a prompt spends about S / (1 - u) there, so meeting the
-budget B needs u ≤ 1 - S / B, and the pool needs ceil(busy / (1 - S / B)) replicas, where
-busy is the pool's engine-seconds per second. A measured TTFT over the budget grows the
-pool in proportion (at least one more).
+budget B needs u ≤ 1 - S / B, and the pool needs ceil(demand / (1 - S / B)) replicas.
+The demand is the engine-seconds per second the *arriving* prompts need: the pool's busy
+share, scaled by the prompt tokens arriving over those prefilled when prompts arrive
+faster than the pool prefills them (busy alone is work served, which saturates at the
+pool's size however far the load runs beyond it). A measured TTFT over the budget grows
+the pool in proportion (at least one more).
 
 **Decode** is sized against the TPOT target, with TPOT taken as proportional to the
 batch per replica (conservative: the fixed per-step cost does not shrink with the
@@ -42,11 +45,18 @@ class PoolSignals:
     max_replicas: int = 1
     requests_per_s: float = 0.0
     busy: float = 0.0
+    # Prompt tokens per second that reached the pool's replicas, and that their engines
+    # prefilled (prefill pool; 0: not reported).
+    arrived_tokens_per_s: float = 0.0
+    prefilled_tokens_per_s: float = 0.0
     ttft_s: float | None = None  # None: nothing measured
     tpot_s: float | None = None
     running: float = 0.0
     waiting: float = 0.0
     kv_usage: float = 0.0
+    # Requests the pool's replicas hold and that are queued for them (what Serve's
+    # default policy counts; this policy does not read it).
+    ongoing: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,7 @@ class PoolMemory:
     """What the policy remembers about a pool between ticks."""
 
     last_change_s: float = -math.inf
+    last_growth_s: float = -math.inf
     shrink_ok_since_s: float | None = None
 
 
@@ -112,6 +123,8 @@ class SloPolicy:
             if decision.replicas != current:
                 memory.last_change_s = now_s
                 memory.shrink_ok_since_s = None
+            if decision.replicas > current:
+                memory.last_growth_s = now_s
         return decisions
 
     # --- prefill ---
@@ -122,21 +135,34 @@ class SloPolicy:
         spent = min(decode.ttft_s or 0.0, self.params.decode_ttft_share * self.params.ttft_s)
         return self.params.ttft_s - spent
 
+    @staticmethod
+    def prefill_demand(pool: PoolSignals) -> float:
+        """Engine-seconds per second the arriving prompts need: the busy share, scaled up
+        by arriving over prefilled prompt tokens while prompts arrive faster."""
+        if pool.arrived_tokens_per_s > pool.prefilled_tokens_per_s > 0:
+            return pool.busy * pool.arrived_tokens_per_s / pool.prefilled_tokens_per_s
+        return pool.busy
+
     def prefill_needed(self, pool: PoolSignals, budget_s: float) -> int:
         """Replicas for the pool's load to meet ``budget_s`` (queueing model). When one
         prefill alone takes about the budget, more replicas cannot make it faster: then
         only enough to keep up at half of ``max_utilization``."""
-        if pool.requests_per_s <= 0 or pool.busy <= 0:
+        demand = self.prefill_demand(pool)
+        if pool.requests_per_s <= 0 or demand <= 0:
             return 0
         utilization = min(self.params.max_utilization, 1 - self._service(pool) / budget_s)
-        return math.ceil(pool.busy / max(utilization, self.params.max_utilization / 2))
+        return math.ceil(demand / max(utilization, self.params.max_utilization / 2))
 
     def _prefill(self, pool: PoolSignals, decode: PoolSignals, now_s: float) -> Decision:
         budget = self.ttft_budget_s(decode)
         needed = self.prefill_needed(pool, budget)
         reasons = []
         if needed > pool.replicas:
-            reasons.append(f"load needs {needed} for a TTFT budget of {budget * 1e3:.0f} ms")
+            demand = self.prefill_demand(pool)
+            reasons.append(
+                f"load needs {needed} for a TTFT budget of {budget * 1e3:.0f} ms "
+                f"({demand:.2f} engine-s/s)"
+            )
         # Over budget through queueing (not because one prefill takes that long).
         if pool.ttft_s is not None and pool.ttft_s > budget > self._service(pool):
             needed = max(needed, _proportional(pool.replicas, pool.ttft_s / budget))
@@ -146,9 +172,10 @@ class SloPolicy:
         if reasons:
             return self._grow(PREFILL, pool, needed, "; ".join(reasons), now_s)
         smaller = pool.replicas - 1
+        demand = self.prefill_demand(pool)
         fits = smaller >= 1 and (
-            pool.busy == 0
-            or pool.busy / smaller
+            demand == 0
+            or demand / smaller
             <= self.params.headroom
             * min(self.params.max_utilization, 1 - self._service(pool) / budget)
         )
@@ -214,7 +241,8 @@ class SloPolicy:
         wanted = min(needed, pool.max_replicas, 2 * max(pool.replicas, 1))
         if wanted <= pool.replicas:
             return Decision(pool.replicas, f"at max_replicas ({pool.max_replicas}): {reason}")
-        if now_s - memory.last_change_s < self.params.upscale_cooldown_s:
+        # Since the last growth: a pool that just shrank grows again at once.
+        if now_s - memory.last_growth_s < self.params.upscale_cooldown_s:
             return Decision(pool.replicas, f"cooling down: {reason}")
         return Decision(wanted, reason)
 
@@ -277,7 +305,8 @@ class SloPolicy:
 
     def _prefill_floor(self, pool: PoolSignals) -> int:
         """Prefill replicas that keep up with the arrivals, latency aside."""
-        keep_up = math.ceil(pool.busy / self.params.max_utilization) if pool.busy else 0
+        demand = self.prefill_demand(pool)
+        keep_up = math.ceil(demand / self.params.max_utilization) if demand else 0
         return min(pool.replicas, max(pool.min_replicas, keep_up))
 
     def _decode_floor(self, pool: PoolSignals) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ray import serve
 
-from app.autoscaling_stats import WindowStats, read_registry
+from app.autoscaling_stats import Snapshot, WindowStats, read_registry
 from app.config import AppConfig
 from app.engine import EngineServer
 from app.kv_transport.fallback import Transport, engine_transports, nixl_installed
@@ -68,7 +68,7 @@ class LLMServer:
         scaling = pool_config.autoscaling_config
         window_s = max(2.0, scaling.look_back_period_s) if scaling else 10.0
         self.window = WindowStats(window_s, config.slo.percentile)
-        self.window.add(read_registry(self.server.busy.seconds))
+        self.window.add(self._snapshot())
         _record_warmup(self.role, self.warmup, application)
         logger.info(
             "%s engine %s ready, warm in %.1f s (engine %.1f s, pair %.1f s with %d replicas: %s)",
@@ -122,7 +122,10 @@ class LLMServer:
     def record_autoscaling_stats(self) -> dict[str, float]:
         """This engine's figures over the last window (app.autoscaling_stats); Serve polls
         it for the SLO autoscaling policy (deployments.slo_autoscaler)."""
-        return self.window.add(read_registry(self.server.busy.seconds))
+        return self.window.add(self._snapshot())
+
+    def _snapshot(self) -> Snapshot:
+        return read_registry(self.server.busy.seconds, self.server.arrived_prompt_tokens)
 
     async def all_blocks_free(self) -> bool:
         return await self.server.all_blocks_free()

@@ -61,6 +61,8 @@ def pool_signals(context: Any) -> PoolSignals:
         max_replicas=int(context.capacity_adjusted_max_replicas),
         requests_per_s=total("requests_per_s"),
         busy=total("busy"),
+        arrived_tokens_per_s=total("arrived_prompt_tokens_per_s"),
+        prefilled_tokens_per_s=total("prompt_tokens_per_s"),
         ttft_s=worst("ttft_s", "requests_per_s"),
         tpot_s=worst("tpot_s", "tokens_per_s"),
         running=total("running"),

@@ -129,6 +129,8 @@ class Streams:
         def through() -> None:
             if first:
                 state.first_token = self.clock.now
+                if state.on_first_token is not None:
+                    state.on_first_token()
             if last:
                 state.finished = self.clock.now
 

@@ -9,9 +9,14 @@ policy's percentile, running and waiting requests), asks
 
 - a new replica takes work ``startup_s`` after the decision (weights loaded, warm), and
   its accelerators count from the decision;
-- a removed replica takes no new work, finishes what it holds, and counts until then.
+- a removed replica takes no new work, finishes what it holds, and counts until then;
+- ``max_total_replicas`` caps the two pools together: a replica the cluster has no room
+  for is not started (on Ray it would wait, pending, for room).
 
-The policy's ``max_total_replicas`` caps the two pools together. KV usage is not
+With ``admission`` the ingress's own admission control (:class:`app.admission.Admission`,
+one ingress replica, on the simulated clock) sheds arrivals, which count as misses.
+The policy is :class:`app.slo_policy.SloPolicy` or Serve's default
+(:class:`app.advice.serve_default.OngoingRequestsPolicy`). KV usage is not
 modelled (the simulator has no KV capacity): the policy sees 0. Each replica-second
 counts ``accelerators_per_replica`` accelerator-seconds.
 """
@@ -22,8 +27,9 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
+from app.admission import Admission, Overloaded
 from app.advice.engine_profile import EngineProfile
 from app.advice.goodput import SLO, attainment
 from app.advice.simulator import (
@@ -37,7 +43,14 @@ from app.advice.simulator import (
     _State,
     outcomes,
 )
-from app.slo_policy import DECODE, PREFILL, PoolSignals, SloPolicy
+from app.config import AdmissionConfig
+from app.slo_policy import DECODE, PREFILL, Decision, PoolSignals
+
+
+class ScalingPolicy(Protocol):
+    def decide(
+        self, prefill: PoolSignals | None, decode: PoolSignals, now_s: float
+    ) -> dict[str, Decision]: ...
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,8 @@ class ScalingConfig:
     window_s: float = 10.0
     startup_s: float = 60.0
     percentile: float = 90.0
+    max_total_replicas: int | None = None  # the cluster's room for both pools
+    admission: AdmissionConfig | None = None  # the ingress's load shedding; None: none
 
 
 @dataclass
@@ -56,6 +71,7 @@ class ScalingRun:
     outcomes: list[SimOutcome]
     accelerator_seconds: float
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (t, P, D) active
+    shed: int = 0  # arrivals admission control refused (misses in the attainment)
 
     def attainment(self, slo: SLO) -> float:
         return attainment(self.outcomes, slo)
@@ -90,7 +106,7 @@ def simulate_scaling(
     profile: EngineProfile,
     topology: Topology,
     config: ScalingConfig,
-    policy: SloPolicy | None,
+    policy: ScalingPolicy | None,
 ) -> ScalingRun:
     """Every request's outcome (in the order given), with ``policy`` resizing the
     pools (None: they stay at ``config.start``)."""
@@ -117,7 +133,25 @@ def simulate_scaling(
     prefill.active = [new_prefill() for _ in range(config.start[0])]
     decode.active = [new_decode() for _ in range(config.start[1])]
 
+    admission = None
+    if config.admission is not None:
+        a = config.admission
+        admission = Admission(
+            a.ttft_budget_s,
+            a.max_waiting,
+            a.retry_after_s,
+            a.headroom,
+            clock=lambda: clock.now,
+            learn_depth=a.learn_depth,
+        )
+
     def arrive(state: _State) -> None:
+        if admission is not None:
+            try:
+                state.on_first_token = admission.admit().first_token
+            except Overloaded:
+                state.first_token = state.finished = math.inf  # a 503: a miss
+                return
         if prefill.active and state.request.prompt_tokens >= topology.local_prefill_below_tokens:
             state.remote = True
             min(prefill.active, key=lambda p: p.queued_tokens).add(state)
@@ -148,6 +182,14 @@ def simulate_scaling(
             s for s in states if s.remote and since < prefilled_at.get(id(s), -math.inf) <= now
         ]
         remote_recent = [s for s in remote_done if prefilled_at[id(s)] > recent]
+        # Prompt tokens that reached the prefill pool in the last tick, and that it
+        # prefilled (as replicas count them on a real cluster).
+        arrived = sum(
+            s.request.prompt_tokens
+            for s in states
+            if s.remote and recent < s.request.arrival <= now
+        )
+        prefilled = sum(s.request.prompt_tokens for s in remote_recent)
         busy = {PREFILL: 0.0, DECODE: 0.0}
         replicas: list[tuple[str, Replica]] = [
             *((PREFILL, r) for r in prefill.active + prefill.draining),
@@ -172,6 +214,9 @@ def simulate_scaling(
             max_replicas=pools[1],
             requests_per_s=len(remote_recent) / config.tick_s,
             busy=busy[PREFILL] / config.tick_s,
+            ongoing=sum(len(r.queue) + r.in_batch for r in prefill.active),
+            arrived_tokens_per_s=arrived / config.tick_s,
+            prefilled_tokens_per_s=prefilled / config.tick_s,
             ttft_s=_quantile([prefilled_at[id(s)] - s.request.arrival for s in remote_done], q),
         )
         d = PoolSignals(
@@ -186,6 +231,7 @@ def simulate_scaling(
             ),
             running=running,
             waiting=waiting,
+            ongoing=sum(r.load for r in decode.active),
         )
         return p, d
 
@@ -194,7 +240,11 @@ def simulate_scaling(
             pool.starting -= 1
             pool.active.append(make())
 
-        while pool.target < wanted:
+        room = math.inf
+        if config.max_total_replicas is not None:
+            room = config.max_total_replicas - prefill.target - decode.target
+        while pool.target < wanted and room > 0:
+            room -= 1
             pool.starting += 1
             clock.at(now + config.startup_s, ready)
         while pool.target > wanted and len(pool.active) > 1:
@@ -210,8 +260,13 @@ def simulate_scaling(
         if policy is not None:
             decisions = policy.decide(p, d, now)
             wanted_p, wanted_d = decisions[PREFILL].replicas, decisions[DECODE].replicas
-            resize(prefill, new_prefill, wanted_p, now)
-            resize(decode, new_decode, wanted_d, now)
+            # The pool that shrinks first: its room goes to the one that grows.
+            if wanted_p - prefill.target > wanted_d - decode.target:
+                resize(decode, new_decode, wanted_d, now)
+                resize(prefill, new_prefill, wanted_p, now)
+            else:
+                resize(prefill, new_prefill, wanted_p, now)
+                resize(decode, new_decode, wanted_d, now)
         replicas: list[Replica] = [*prefill.active, *decode.active]
         if now < end or any(_holds_work(r) for r in replicas):
             clock.at(now + config.tick_s, tick)
@@ -219,6 +274,7 @@ def simulate_scaling(
     clock.at(config.tick_s, tick)
     clock.run()
     run.accelerator_seconds = replica_seconds[0] * config.accelerators_per_replica
+    run.shed = admission.shed if admission is not None else 0
     run.outcomes = outcomes(states, profile)
     return run
 

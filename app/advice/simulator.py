@@ -95,6 +95,7 @@ class _State:
     first_token: float = math.nan
     finished: float = math.nan
     last_chunk: float = math.nan  # when the engine last handed a chunk on
+    on_first_token: Callable[[], None] | None = None  # called as the first token is through
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,7 @@ class _PrefillReplica:
         self.queued_tokens = 0
         self.busy = False
         self.busy_s = 0.0  # seconds spent prefilling, batches counted as they start
+        self.in_batch = 0  # requests in the batch being prefilled
 
     def add(self, state: _State) -> None:
         self.queue.append(state)
@@ -234,6 +236,7 @@ class _PrefillReplica:
             batch.append(self.queue.popleft())
             tokens += batch[-1].request.prompt_tokens
         self.queued_tokens -= tokens
+        self.in_batch = len(batch)
         if not self.busy:
             self.cpu.engine(busy=True)
         self.busy = True
@@ -242,6 +245,7 @@ class _PrefillReplica:
         self.clock.at(self.clock.now + seconds, lambda: self._end(batch))
 
     def _end(self, batch: list[_State]) -> None:
+        self.in_batch = 0
         for state in batch:
             state.prefill_left = 0
             self.done(state)

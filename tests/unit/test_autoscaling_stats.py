@@ -64,9 +64,12 @@ def test_window_figures_count_only_the_window():
     stats.add(Snapshot(at_s=0, busy_s=0, ttft=empty))
     # 5 s later: 10 requests (all under 0.1 s), 1000 prompt tokens, busy 2.5 s
     mid = ((0.1, 10.0), (0.5, 10.0), (float("inf"), 10.0))
-    figures = stats.add(Snapshot(at_s=5, busy_s=2.5, prompt_tokens=1000, ttft=mid))
+    figures = stats.add(
+        Snapshot(at_s=5, busy_s=2.5, arrived_prompt_tokens=1500, prompt_tokens=1000, ttft=mid)
+    )
     assert figures["requests_per_s"] == pytest.approx(2.0)
     assert figures["prompt_tokens_per_s"] == pytest.approx(200)
+    assert figures["arrived_prompt_tokens_per_s"] == pytest.approx(300)  # 500 still queued
     assert figures["busy"] == pytest.approx(0.5)
     assert figures["ttft_s"] == pytest.approx(0.09)
     # quiet until 15 s, then 10 slow requests by 25 s; the first ten have left the window

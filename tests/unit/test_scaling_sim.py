@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from app.advice.engine_profile import EngineProfile
 from app.advice.goodput import SLO
 from app.advice.scaling_sim import ScalingConfig, ramp_requests, simulate_scaling
+from app.advice.serve_default import OngoingRequestsPolicy
 from app.advice.simulator import Topology, simulate
-from app.slo_policy import PolicyParams, SloPolicy
+from app.config import AdmissionConfig
+from app.slo_policy import DECODE, PolicyParams, PoolSignals, SloPolicy
 
 # Prefill: 20 ms + 0.1 ms per token; decode: 10 ms per step + 1 ms per sequence.
 PROFILE = EngineProfile(prefill=[(0, 0.02), (10_000, 1.02)], decode=[(1, 0.011), (64, 0.074)])
@@ -57,3 +60,47 @@ def test_the_policy_follows_a_ramp_up_and_down():
     duration = scaled.timeline[-1][0]
     assert scaled.accelerator_seconds < peak * 2 * duration
     assert not any(math.isnan(o.ttft) for o in scaled.outcomes)
+
+
+def test_admission_sheds_a_burst_and_the_cluster_cap_holds_back_new_replicas():
+    # A 12 req/s step on one pair that may not grow: without shedding its queue grows
+    # through the step; the ingress's own admission control refuses what would wait.
+    requests = ramp_requests([(30, 2.0), (60, 12.0)], lengths, seed=3)
+    config = ScalingConfig(start=(1, 1), startup_s=30, max_total_replicas=2)
+    unbounded = simulate_scaling(requests, PROFILE, TOPOLOGY, config, None)
+    admission = AdmissionConfig(ttft_budget_s=1.0)
+    shedding = simulate_scaling(
+        requests, PROFILE, TOPOLOGY, replace(config, admission=admission), None
+    )
+    assert unbounded.shed == 0 and shedding.shed > 0
+    shed = [o for o in shedding.outcomes if math.isinf(o.ttft)]
+    assert len(shed) == shedding.shed
+    admitted = sorted(o.ttft for o in shedding.outcomes if not math.isinf(o.ttft))
+    # Admitted requests wait about the budget at worst, not the backlog's length.
+    admitted_p99 = admitted[int(0.99 * len(admitted))]
+    assert admitted_p99 < 2 * admission.ttft_budget_s
+    assert max(o.ttft for o in unbounded.outcomes) > 3 * admitted_p99
+    # Serve's default policy asks for more decode replicas than the cluster holds.
+    default = OngoingRequestsPolicy(target_ongoing_requests=2, upscale_delay_s=0)
+    capped = simulate_scaling(requests, PROFILE, TOPOLOGY, replace(config, bounds=(1, 6)), default)
+    assert max(p + d for _, p, d in capped.timeline) == 2
+
+
+def test_serves_default_policy_follows_ongoing_requests_after_its_delays():
+    policy = OngoingRequestsPolicy(
+        target_ongoing_requests=2, upscale_delay_s=20, downscale_delay_s=60
+    )
+    busy = PoolSignals(replicas=1, max_replicas=8, ongoing=9)
+    # 9 ongoing / 2 per replica: 5 replicas, once the wish has lasted the upscale delay
+    assert policy.decide(None, busy, 0.0)[DECODE].replicas == 1
+    assert policy.decide(None, busy, 10.0)[DECODE].replicas == 1
+    assert policy.decide(None, busy, 20.0)[DECODE].replicas == 5
+    quiet = PoolSignals(replicas=5, max_replicas=8, ongoing=1)
+    assert policy.decide(None, quiet, 30.0)[DECODE].replicas == 5
+    # a tick that wants no change resets the clock
+    assert policy.decide(None, replace(quiet, ongoing=10), 60.0)[DECODE].replicas == 5
+    assert policy.decide(None, quiet, 70.0)[DECODE].replicas == 5
+    assert policy.decide(None, quiet, 130.0)[DECODE].replicas == 1
+    # bounds
+    assert policy.decide(None, replace(busy, ongoing=100), 200.0)[DECODE].replicas == 1
+    assert policy.decide(None, replace(busy, ongoing=100), 220.0)[DECODE].replicas == 8

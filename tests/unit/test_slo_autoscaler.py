@@ -31,10 +31,13 @@ def test_pool_signals_sum_rates_and_take_the_worst_measured_percentile():
             # b measured nothing: its 0 is not a percentile
             "ttft_s": {"a": 0.4, "b": 0.0, "gone": 5.0},
             "kv_usage": {"a": 0.2, "b": 0.3},
+            "arrived_prompt_tokens_per_s": {"a": 900.0, "b": 100.0, "gone": 50.0},
+            "prompt_tokens_per_s": {"a": 400.0, "b": 100.0},
         },
         running=["a", "b"],
     )
     signals = pool_signals(ctx)
+    assert (signals.arrived_tokens_per_s, signals.prefilled_tokens_per_s) == (1000.0, 500.0)
     assert (signals.replicas, signals.max_replicas) == (2, 3)
     assert signals.requests_per_s == 2.0 and signals.busy == 0.6
     assert signals.ttft_s == 0.4 and signals.tpot_s is None

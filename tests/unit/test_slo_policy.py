@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from app.slo_policy import DECODE, PREFILL, PolicyParams, PoolSignals, SloPolicy
 
@@ -55,6 +56,33 @@ def test_prefill_is_sized_by_its_queueing_model():
     # from one replica, at most twice as many per decision (the signals lag)
     decision = SloPolicy(PARAMS).decide(pool(requests_per_s=10, busy=2.0), IDLE, 0.0)[PREFILL]
     assert decision.replicas == 2 and "load needs 3" in decision.reason
+
+
+def test_prefill_is_sized_from_the_prompts_arriving_not_only_the_work_served():
+    # Two replicas busy all the time (busy 2.0 is all they can serve) while prompt tokens
+    # arrive at twice the rate they prefill: 4 engine-seconds per second are asked for,
+    # ceil(4 / 0.8) = 5 replicas, where busy alone would say 3.
+    saturated = pool(2, requests_per_s=10, busy=2.0)
+    behind = replace(saturated, arrived_tokens_per_s=20_000, prefilled_tokens_per_s=10_000)
+    assert SloPolicy(PARAMS).prefill_needed(saturated, 1.0) == 3
+    assert SloPolicy(PARAMS).prefill_needed(behind, 1.0) == 5
+    decision = SloPolicy(PARAMS).decide(behind, IDLE, 0.0)[PREFILL]
+    assert decision.replicas == 4 and "4.00 engine-s/s" in decision.reason  # at most 2x
+    # Arrivals below what was prefilled (a queue draining) do not shrink the estimate.
+    draining = replace(saturated, arrived_tokens_per_s=5_000, prefilled_tokens_per_s=10_000)
+    assert SloPolicy(PARAMS).prefill_needed(draining, 1.0) == 3
+
+
+def test_a_pool_that_just_shrank_grows_again_at_once():
+    # The upscale cool-down counts from the last growth, not from a shrink: a burst
+    # right after a downscale is met at once.
+    policy = SloPolicy(PARAMS)
+    calm = pool(2, requests_per_s=1, busy=0.1, ttft_s=0.1)
+    now = 0.0
+    while policy.decide(calm, IDLE, now)[PREFILL].replicas == 2:
+        now += 5
+    burst = pool(1, requests_per_s=10, busy=1.0, ttft_s=2.0)
+    assert policy.decide(burst, IDLE, now + 5)[PREFILL].replicas == 2
 
 
 def test_decodes_share_of_ttft_tightens_the_prefill_budget():
