@@ -15,9 +15,13 @@ quarter of the peak, the peak, and a quarter again (the 4x swing of 0.5x -> 2x -
 of one pair), the peak at ``--peak-share`` of the best fixed split's goodput: what the
 whole cluster can serve.
 
-Compared: every fixed prefill:decode split of the 8 replicas, and the SLO policy starting
-from 1P:1D (bounds 1..7 per pool, 8 in all, a new replica serving 60 s after the
-decision). Reported: SLO attainment and GPU-seconds.
+Compared: every fixed prefill:decode split of the 8 replicas; the SLO policy and Serve's
+default policy (``target_ongoing_requests`` 2, its delays set to the SLO policy's
+cool-down and downscale delay, as in the measured ramp), each starting from 1P:1D
+(bounds 1..7 per pool, 8 in all, a new replica serving 60 s after the decision). The
+ingress sheds load as the config's ``ingress.admission`` says (one ingress replica);
+``--no-admission`` replays it without shedding. Reported: SLO attainment, the share shed
+and GPU-seconds.
 """
 
 from __future__ import annotations
@@ -25,15 +29,24 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from app.advice.engine_profile import EngineProfile
 from app.advice.goodput import SLO
 from app.advice.planner import goodput
-from app.advice.scaling_sim import ScalingConfig, ramp_requests, simulate_scaling
+from app.advice.scaling_sim import (
+    ScalingConfig,
+    ScalingPolicy,
+    ScalingRun,
+    ramp_requests,
+    simulate_scaling,
+)
+from app.advice.serve_default import OngoingRequestsPolicy
 from app.advice.simulator import Topology
-from app.config import SloConfig
+from app.config import AppConfig, SloConfig
+from app.config.serve_file import serve_file_args, serve_file_policy
 from app.slo_policy import PolicyParams, SloPolicy
 from load_tests.slo_ramp import ramp_lengths
 
@@ -84,9 +97,16 @@ def main() -> None:
         "planner finds over 60 s of arrivals; the peak lasts longer)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-admission", action="store_true", help="no load shedding at the ingress"
+    )
     parser.add_argument("--out", default="load_tests/results/simulated_ramp.json")
     args = parser.parse_args()
     slo_config = SloConfig.from_serve_file(args.config)
+    app = AppConfig.model_validate(serve_file_args(args.config))
+    admission = None if args.no_admission else app.ingress.admission
+    tuning = dict((serve_file_policy(args.config) or {}).get("policy_kwargs", {}))
+    tuning.pop("slo", None)
     slo = SLO(slo_config.ttft_s, slo_config.tpot_s)
     profile = roofline_profile()
     replicas = ASSUMPTIONS["replicas"]
@@ -107,41 +127,51 @@ def main() -> None:
     phases = [(args.low_s, high / 4), (args.high_s, high), (args.low_s, high / 4)]
     requests = ramp_requests(phases, lengths(args.seed + 1), seed=args.seed)
     gpus = ASSUMPTIONS["gpus_per_replica"]
-    rows = []
-    for topology in splits:
-        fixed = (topology.prefill_replicas, topology.decode_replicas)
-        config = ScalingConfig(start=fixed, accelerators_per_replica=gpus)
-        run = simulate_scaling(requests, profile, topology, config, None)
-        rows.append(
-            {
-                "policy": f"fixed {fixed[0]}P:{fixed[1]}D",
-                "attainment": run.attainment(slo),
-                "gpu_seconds": run.accelerator_seconds,
-            }
-        )
-    params = PolicyParams(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s, max_total_replicas=replicas)
     config = ScalingConfig(
         start=(1, 1),
         bounds=(1, replicas - 1),
         accelerators_per_replica=gpus,
         startup_s=ASSUMPTIONS["startup_s"],
         percentile=slo_config.percentile,
+        max_total_replicas=replicas,
+        admission=admission,
     )
-    topology = Topology(1, 1, **kv)
-    run = simulate_scaling(requests, profile, topology, config, SloPolicy(params))
-    rows.append(
-        {
-            "policy": "SLO policy",
+
+    def replay(name: str, run: ScalingRun, timeline: bool) -> dict[str, Any]:
+        row = {
+            "policy": name,
             "attainment": run.attainment(slo),
+            "shed": run.shed / len(requests),
             "gpu_seconds": run.accelerator_seconds,
-            "timeline": run.timeline,
         }
+        return {**row, "timeline": run.timeline} if timeline else row
+
+    rows = []
+    for topology in splits:
+        fixed = (topology.prefill_replicas, topology.decode_replicas)
+        run = simulate_scaling(requests, profile, topology, replace(config, start=fixed), None)
+        rows.append(replay(f"fixed {fixed[0]}P:{fixed[1]}D", run, False))
+    params = PolicyParams(
+        ttft_s=slo.ttft_s, tpot_s=slo.tpot_s, max_total_replicas=replicas, **tuning
     )
+    policies: dict[str, ScalingPolicy] = {
+        "SLO policy": SloPolicy(params),
+        "Serve's default": OngoingRequestsPolicy(
+            target_ongoing_requests=2,
+            upscale_delay_s=params.upscale_cooldown_s,
+            downscale_delay_s=params.downscale_delay_s,
+        ),
+    }
+    for name, policy in policies.items():
+        run = simulate_scaling(requests, profile, Topology(1, 1, **kv), config, policy)
+        rows.append(replay(name, run, True))
     result = {
         "simulated": True,
         "assumptions": ASSUMPTIONS,
         "profile": {"prefill": profile.prefill, "decode": profile.decode},
         "slo": slo_config.model_dump(),
+        "admission": admission.model_dump() if admission else None,
+        "policy_kwargs": tuning,
         "cluster_goodput_req_per_s": peak,
         "phases": phases,
         "requests": len(requests),
@@ -153,7 +183,7 @@ def main() -> None:
     for row in rows:
         print(
             f"{row['policy']:>20}: attainment {row['attainment']:.1%}, "
-            f"GPU-s {row['gpu_seconds']:.0f}"
+            f"shed {row['shed']:.1%}, GPU-s {row['gpu_seconds']:.0f}"
         )
 
 
