@@ -22,6 +22,7 @@ from app.request_metrics import RayRequestMetrics
 from deployments.cluster_env import missing_cluster_env
 from deployments.metrics_export import RayMetricsExport
 from deployments.pool_client import ServePoolClient
+from deployments.serve_logging import keeping_serve_logs
 
 logger = logging.getLogger("ray.serve")
 
@@ -30,6 +31,7 @@ logger = logging.getLogger("ray.serve")
 class Ingress:
     """vLLM's OpenAI layer in front; its engine requests drive prefill, then decode."""
 
+    @keeping_serve_logs  # vLLM's logging set-up closes Serve's log handler
     def __init__(self, config: AppConfig, decode: Any, prefill: Any = None) -> None:
         if config.ingress.cpu_affinity is not None:
             cores = pin_process(config.ingress.cpu_affinity, "ingress.cpu_affinity")

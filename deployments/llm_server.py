@@ -27,6 +27,7 @@ from app.records import (
 from app.warmup import WarmupReport, warm_engine, warm_pair, warm_pair_from_prefill
 from deployments.pool_client import ServePoolClient
 from deployments.replicas import POOL_NAMES, replica_ids, running_replicas
+from deployments.serve_logging import keeping_serve_logs
 
 logger = logging.getLogger("ray.serve")
 
@@ -38,6 +39,7 @@ class LLMServer:
     handle, used only to warm up the pair (:mod:`app.warmup`).
     """
 
+    @keeping_serve_logs  # vLLM's logging set-up closes Serve's log handler
     async def __init__(self, role: str, config: AppConfig, prefill: Any = None) -> None:  # type: ignore[misc]
         self.role = Role(role)
         model_path = resolve_model(config.model.source)
