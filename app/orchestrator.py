@@ -224,6 +224,7 @@ class Orchestrator:
                     # next transport; one that failed this transport may serve another.
                     prefill_reachable = failure.kind not in _POOL_UNAVAILABLE
                     report.attempts.append(Attempt(transport, failure))
+                    _log_fallback(request, transport, failure)
                     continue
                 attempt = replace(
                     attempt,
@@ -244,6 +245,7 @@ class Orchestrator:
                     raise
                 if first is not None and first.transfer_failed is not None:
                     report.attempts.append(Attempt(transport, first.transfer_failed))
+                    _log_fallback(request, transport, first.transfer_failed)
                     continue
                 report.attempts.append(Attempt(transport))
                 used = True
@@ -399,6 +401,14 @@ class _Timeout(Exception):
     def __init__(self, kind: FailureKind, seconds: float) -> None:
         super().__init__(f"no answer within {seconds:g} s")
         self.kind = kind
+
+
+def _log_fallback(request: GenerateRequest, transport: Transport, failure: TransferFailure) -> None:
+    # The client still gets its answer; operators should still see why the KV took
+    # another path (the same reason is in the request's ``splitserve`` field).
+    logger.warning(
+        "request %s: KV over %s failed (%s); falling back", request.request_id, transport, failure
+    )
 
 
 def _prefill_failure(exc: Exception) -> TransferFailure:

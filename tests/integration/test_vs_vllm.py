@@ -268,7 +268,8 @@ def _assert_went_remote(name: str, body: dict[str, Any], field: dict[str, Any]) 
             assert request["decision"] == "parallel_sample", (name, request)
         else:
             assert request["decision"] == "long_prompt", (name, request)
-            assert request["kv_transport"] == "nixl" and not request["fallbacks"], (name, request)
+            why = (name, request["fallbacks"], request)  # the reasons first: pytest cuts
+            assert request["kv_transport"] == "nixl" and not request["fallbacks"], why
 
 
 def test_no_kv_block_held_after_the_table(apps, http, vllm_url) -> None:
