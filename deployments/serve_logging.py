@@ -7,7 +7,7 @@ exists. Serve installs its replica's handler before the replica's constructor ru
 ``MemoryHandler`` (capacity 1) in front of the replica's log file. Closed, it loses its
 target, so it no longer writes the replica's log file, and since a ``MemoryHandler``
 empties its buffer only into a target, it keeps every record from then on: one access
-log line per request, about 1.5 KiB each, for the replica's life (seen as the ingress's
+log line per request, a few KiB each, for the replica's life (seen as the ingress's
 and decode replicas' memory growing under load, while Serve's log files fell silent).
 
 :func:`keeping_serve_logs` wraps a replica's constructor and puts the targets back.
