@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -183,17 +184,23 @@ def engine_text(prompt: list[int], tokens: list[int]) -> str:
     with U+FFFD where the last character's bytes are incomplete, which the stream holds
     back; both differed on about half of 300 random 200-token answers.
     """
-    from tokenizers import Tokenizer
     from tokenizers.decoders import DecodeStream
+
+    stream = DecodeStream(ids=prompt, skip_special_tokens=True)
+    return "".join(stream.step(_app_tokenizer(), t) or "" for t in tokens)
+
+
+@functools.cache
+def _app_tokenizer() -> Any:
+    """The default config's model's tokenizer (loaded once; each check reads it twice)."""
+    from tokenizers import Tokenizer
 
     from app.model_source import resolve_model
     from load_tests.local_app import config_args
 
     default = Path(__file__).parents[2] / "serve_configs" / "default.yaml"
     path = Path(resolve_model(config_args(default)["model"]["source"]))
-    tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
-    stream = DecodeStream(ids=prompt, skip_special_tokens=True)
-    return "".join(stream.step(tokenizer, t) or "" for t in tokens)
+    return Tokenizer.from_file(str(path / "tokenizer.json"))
 
 
 def check_migrated(
