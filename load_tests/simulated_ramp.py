@@ -47,7 +47,7 @@ from app.advice.serve_default import OngoingRequestsPolicy
 from app.advice.simulator import Topology
 from app.config import AppConfig, SloConfig
 from app.config.serve_file import serve_file_args, serve_file_policy
-from app.slo_policy import PolicyParams, SloPolicy
+from deployments.slo_autoscaler import SloAutoscaler
 from load_tests.slo_ramp import ramp_lengths
 
 ASSUMPTIONS: dict[str, Any] = {
@@ -105,8 +105,7 @@ def main() -> None:
     slo_config = SloConfig.from_serve_file(args.config)
     app = AppConfig.model_validate(serve_file_args(args.config))
     admission = None if args.no_admission else app.ingress.admission
-    tuning = dict((serve_file_policy(args.config) or {}).get("policy_kwargs", {}))
-    tuning.pop("slo", None)
+    policy_kwargs = (serve_file_policy(args.config) or {}).get("policy_kwargs", {})
     slo = SLO(slo_config.ttft_s, slo_config.tpot_s)
     profile = roofline_profile()
     replicas = ASSUMPTIONS["replicas"]
@@ -151,11 +150,13 @@ def main() -> None:
         fixed = (topology.prefill_replicas, topology.decode_replicas)
         run = simulate_scaling(requests, profile, topology, replace(config, start=fixed), None)
         rows.append(replay(f"fixed {fixed[0]}P:{fixed[1]}D", run, False))
-    params = PolicyParams(
-        ttft_s=slo.ttft_s, tpot_s=slo.tpot_s, max_total_replicas=replicas, **tuning
-    )
+    # The policy as Serve builds it from the config (the app's `slo:` where the policy's
+    # kwargs name none), within the cluster's replicas.
+    kwargs = {"slo": slo_config.model_dump(), **policy_kwargs, "max_total_replicas": replicas}
+    slo_policy = SloAutoscaler(**kwargs).policy
+    params = slo_policy.params
     policies: dict[str, ScalingPolicy] = {
-        "SLO policy": SloPolicy(params),
+        "SLO policy": slo_policy,
         "Serve's default": OngoingRequestsPolicy(
             target_ongoing_requests=2,
             upscale_delay_s=params.upscale_cooldown_s,
@@ -171,7 +172,7 @@ def main() -> None:
         "profile": {"prefill": profile.prefill, "decode": profile.decode},
         "slo": slo_config.model_dump(),
         "admission": admission.model_dump() if admission else None,
-        "policy_kwargs": tuning,
+        "policy_kwargs": {k: v for k, v in policy_kwargs.items() if k != "slo"},
         "cluster_goodput_req_per_s": peak,
         "phases": phases,
         "requests": len(requests),
