@@ -251,7 +251,7 @@ class PoolEngineClient:
             local_reason = local_reason or "parallel_sample"
             if params.seed is not None:
                 params.seed += index
-        timings = RequestTimings()
+        timings = RequestTimings(prompt_tokens=len(ids))
         scope = REQUEST_SCOPE.get()
         if scope is not None:
             scope.timings.append(timings)
@@ -262,6 +262,7 @@ class PoolEngineClient:
             local_prefill_reason=local_reason,
         )
         async for chunk in self.orchestrator.run(request, timings, answer_text):
+            timings.output_tokens += len(chunk.token_ids)
             if not first_token.is_set():
                 first_token.set()
                 if scope is not None and scope.on_first_token is not None:

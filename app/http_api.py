@@ -65,6 +65,7 @@ class OpenAIServer:
         config: IngressConfig,
         api_key: str | None,
         metrics_page: MetricsPage | None = None,
+        on_arrival: Callable[[], None] | None = None,
     ) -> None:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest
@@ -74,6 +75,7 @@ class OpenAIServer:
         self.config = config
         self.api_key = api_key
         self.metrics_page = metrics_page
+        self.on_arrival = on_arrival  # each generation request, before admission
         admission = config.admission
         self.admission = Admission(
             admission.ttft_budget_s,
@@ -171,6 +173,11 @@ class OpenAIServer:
             parsed = await self._parse(request, model)
         except APIError as error:
             return error_response(error)
+        if self.on_arrival is not None:
+            try:
+                self.on_arrival()
+            except Exception:  # metrics must never fail a request
+                logger.exception("counting an arrival failed")
         try:
             ticket = self.admission.admit()
         except Overloaded as exc:

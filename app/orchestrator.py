@@ -87,6 +87,8 @@ class RequestTimings:
     prefill_cached_tokens: int = 0
     decode_engine: str = ""
     token_gaps_s: list[float] = field(default_factory=list)  # between token chunks (ITL)
+    prompt_tokens: int = 0
+    output_tokens: int = 0
     migrations: list[Migration] = field(default_factory=list)  # streams moved to a replica
 
     @property

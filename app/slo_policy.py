@@ -22,14 +22,23 @@ requests waiting for a slot grow it by one.
 ``upscale_cooldown_s``. It shrinks by one replica only after the smaller pool would
 have met the targets with ``headroom`` to spare (predicted by the same models) for a
 whole ``downscale_delay_s``. ``min_prefill_per_decode`` / ``max_prefill_per_decode``
-keep the pools' ratio where the planner says it is feasible, by growing the smaller
-side. Every decision carries its reason.
+keep the pools' ratio in a range the user sets, by growing the smaller side.
+
+**The model's check.** Given the split that a model of the system says the arriving
+load needs (:class:`app.split_model.Split`, for the front door's demand, refused
+requests included), each pool is held at least at the model's count: it grows to it at
+once (past the doubling bound, since the arrivals lead where the pools' own figures lag;
+still after the cool-down), it does not shrink below it, and when the cluster's cap
+makes the pools share, neither gives back below it. The model's answer is a floor: the
+measured rules above still grow a pool it under-sizes. Every decision carries its reason.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+from app.split_model import Split
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -108,15 +117,22 @@ class SloPolicy:
     memory: dict[str, PoolMemory] = field(default_factory=dict)
 
     def decide(
-        self, prefill: PoolSignals | None, decode: PoolSignals, now_s: float
+        self,
+        prefill: PoolSignals | None,
+        decode: PoolSignals,
+        now_s: float,
+        split: Split | None = None,
     ) -> dict[str, Decision]:
         """The replica count for each pool present (``prefill`` is None in colocated
-        mode: the one pool then answers for TTFT as well)."""
+        mode: the one pool then answers for TTFT as well). ``split``: what the model
+        says the arriving load needs (disaggregated only; None: no model)."""
         decisions = {DECODE: self._decode(decode, now_s, colocated=prefill is None)}
         if prefill is not None:
             decisions[PREFILL] = self._prefill(prefill, decode, now_s)
+            if split is not None:
+                decisions = self._follow_model(decisions, prefill, decode, split, now_s)
             decisions = self._keep_ratio(decisions, prefill, decode)
-            decisions = self._fit_cluster(decisions, prefill, decode)
+            decisions = self._fit_cluster(decisions, prefill, decode, split)
         for pool, decision in decisions.items():
             current = (prefill if pool == PREFILL else decode).replicas  # type: ignore[union-attr]
             memory = self.memory.setdefault(pool, PoolMemory())
@@ -233,12 +249,20 @@ class SloPolicy:
     # --- shared ---
 
     def _grow(
-        self, name: str, pool: PoolSignals, needed: int, reason: str, now_s: float
+        self,
+        name: str,
+        pool: PoolSignals,
+        needed: int,
+        reason: str,
+        now_s: float,
+        at_most_double: bool = True,
     ) -> Decision:
         memory = self.memory.setdefault(name, PoolMemory())
         memory.shrink_ok_since_s = None
         # At most double per decision: the signals lag, and new replicas take a while.
-        wanted = min(needed, pool.max_replicas, 2 * max(pool.replicas, 1))
+        wanted = min(needed, pool.max_replicas)
+        if at_most_double:
+            wanted = min(wanted, 2 * max(pool.replicas, 1))
         if wanted <= pool.replicas:
             return Decision(pool.replicas, f"at max_replicas ({pool.max_replicas}): {reason}")
         # Since the last growth: a pool that just shrank grows again at once.
@@ -262,6 +286,35 @@ class SloPolicy:
             return Decision(pool.replicas - 1, f"{reason} for {delay:g} s")
         return Decision(pool.replicas, f"{reason}; waiting out the downscale delay")
 
+    def _follow_model(
+        self,
+        decisions: dict[str, Decision],
+        prefill: PoolSignals,
+        decode: PoolSignals,
+        split: Split,
+        now_s: float,
+    ) -> dict[str, Decision]:
+        """Each pool at least at the model's split: grown to it, or held at it."""
+        checked = dict(decisions)
+        why = f"the model: {split.requests_per_s:.1f} req/s arriving need {split.name}"
+        if not split.meets:
+            why = (
+                f"the model: {split.requests_per_s:.1f} req/s arriving are more than any "
+                f"split meets; {split.name} serves the most ({split.attainment:.0%})"
+            )
+        modelled = ((PREFILL, prefill, split.prefill), (DECODE, decode, split.decode))
+        for name, pool, wanted in modelled:
+            floor = max(pool.min_replicas, min(wanted, pool.max_replicas))
+            decision = decisions[name]
+            if decision.replicas >= floor:
+                continue
+            if floor <= pool.replicas:
+                checked[name] = Decision(floor, f"held: {why} ({decision.reason})")
+                self.memory.setdefault(name, PoolMemory()).shrink_ok_since_s = None
+            else:
+                checked[name] = self._grow(name, pool, floor, why, now_s, at_most_double=False)
+        return checked
+
     def _keep_ratio(
         self, decisions: dict[str, Decision], prefill: PoolSignals, decode: PoolSignals
     ) -> dict[str, Decision]:
@@ -279,17 +332,28 @@ class SloPolicy:
         return {PREFILL: p, DECODE: d}
 
     def _fit_cluster(
-        self, decisions: dict[str, Decision], prefill: PoolSignals, decode: PoolSignals
+        self,
+        decisions: dict[str, Decision],
+        prefill: PoolSignals,
+        decode: PoolSignals,
+        split: Split | None = None,
     ) -> dict[str, Decision]:
         """Within ``max_total_replicas``: the pool that misses its own target gets what
         it asks for first (decode when both do: prefill's output waits on it); the other
-        gives back replicas, at once, down to what keeps up with its load (its floor)."""
+        gives back replicas, at once, down to what keeps up with its load (its floor),
+        and never below the model's split."""
         cap = self.params.max_total_replicas
         if cap is None or decisions[PREFILL].replicas + decisions[DECODE].replicas <= cap:
             return decisions
         decode_first = self._decode_over(decode) or not self._prefill_over(prefill, decode)
         first, second = (DECODE, PREFILL) if decode_first else (PREFILL, DECODE)
         floors = {PREFILL: self._prefill_floor(prefill), DECODE: self._decode_floor(decode)}
+        if split is not None:
+            modelled = {PREFILL: split.prefill, DECODE: split.decode}
+            floors = {
+                pool: max(floor, min(modelled[pool], decisions[pool].replicas))
+                for pool, floor in floors.items()
+            }
         wanted = decisions[first].replicas
         granted = min(wanted, cap - floors[second])
         rest = max(floors[second], min(decisions[second].replicas, cap - granted))

@@ -10,6 +10,7 @@ from ray import serve
 
 from app.config import AppConfig, Mode
 from app.cpu_affinity import pin_process
+from app.demand import DemandMeter
 from app.engine_client import PoolEngineClient
 from app.engine_setup import frontend_config
 from app.http_api import OpenAIServer
@@ -17,7 +18,7 @@ from app.kv_transport.fallback import nixl_installed, transfer_plan
 from app.kv_transport.transfer_metrics import RayTransferMetrics
 from app.model_source import resolve_model
 from app.openai_frontend import build_frontend
-from app.orchestrator import Orchestrator
+from app.orchestrator import Orchestrator, RequestTimings
 from app.request_metrics import RayRequestMetrics
 from deployments.cluster_env import missing_cluster_env
 from deployments.metrics_export import RayMetricsExport
@@ -52,11 +53,21 @@ class Ingress:
             migration=config.migration,
             on_transfer=metrics.record,
         )
+        # What the SLO policy's model check reads (record_autoscaling_stats).
+        self._demand = DemandMeter()
+        request_metrics = RayRequestMetrics(application)
+
+        def completed(timings: RequestTimings) -> None:
+            request_metrics.record(timings)
+            self._demand.completed(
+                timings.prompt_tokens, timings.output_tokens, timings.disaggregated
+            )
+
         engine_client = PoolEngineClient(
             frontend_config(config, model_path),
             orchestrator,
             config.ingress.request_timeout_s,
-            on_complete=RayRequestMetrics(application).record,
+            on_complete=completed,
         )
         frontend = build_frontend(engine_client, config, model_path)
         missing = missing_cluster_env()
@@ -69,8 +80,18 @@ class Ingress:
             )
         api_key = os.environ.get("SPLITSERVE_API_KEY") or config.ingress.api_key
         self._server = OpenAIServer(
-            frontend, config.ingress, api_key, metrics_page=RayMetricsExport(application).page
+            frontend,
+            config.ingress,
+            api_key,
+            metrics_page=RayMetricsExport(application).page,
+            on_arrival=self._demand.arrived,
         )
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._server.asgi_app()
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """The load arriving here and its mix over the last window (app.demand); Serve
+        polls it when the ingress has an ``autoscaling_config``, for the SLO policy's
+        model check (deployments.slo_autoscaler)."""
+        return self._demand.figures()

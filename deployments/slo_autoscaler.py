@@ -21,20 +21,33 @@ change is logged by the controller with its reason and counted in
 ``splitserve_autoscaling_decisions`` (labels ``pool``, ``direction``, ``application``).
 New replicas take traffic only once warm: an engine replica warms up in its constructor
 (``app.warmup``).
+
+With ``model`` in ``policy_kwargs`` (:class:`app.config.PlannerModelConfig`) and an
+``autoscaling_config`` on the ingress (so Serve hands the policy what the ingress
+reports: :mod:`app.demand`), the policy also checks its decisions against the planner's
+model of the arriving load (:mod:`app.split_model`). The model's search runs on a thread
+of its own, off Serve's control loop; the policy uses its newest answer.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from app.config import SloConfig
+from app.advice.engine_profile import EngineProfile
+from app.advice.frontend import FrontEndCost
+from app.advice.goodput import SLO
+from app.config import PlannerModelConfig, SloConfig
+from app.demand import Demand
 from app.slo_policy import DECODE, PREFILL, Decision, PolicyParams, PoolSignals, SloPolicy
+from app.split_model import PlannerSplitModel, ServingShape, Split, SplitModel
 
 logger = logging.getLogger("ray.serve")
 
 POOLS = {"Prefill": PREFILL, "Decode": DECODE, "Colocated": DECODE}
+INGRESS = "Ingress"
 
 
 def pool_signals(context: Any) -> PoolSignals:
@@ -71,18 +84,138 @@ def pool_signals(context: Any) -> PoolSignals:
     )
 
 
+def ingress_demand(context: Any) -> Demand | None:
+    """The front door's :class:`Demand` from the ingress's ``AutoscalingContext``: rates
+    summed over its running replicas, the mix weighted by what each completed."""
+    metrics: dict[str, dict[Any, float]] = context.aggregated_metrics or {}
+    running = set(context.running_replicas)
+
+    def per_replica(name: str) -> dict[Any, float]:
+        return {r: v for r, v in metrics.get(name, {}).items() if r in running}
+
+    completed = per_replica("completed_per_s")
+    shares = per_replica("remote_share")
+    remote = {r: completed[r] * shares.get(r, 0.0) for r in completed}
+    local = {r: completed[r] - remote[r] for r in completed}
+
+    def mean(name: str, weights: dict[Any, float]) -> float:
+        values, total = per_replica(name), sum(weights.values())
+        return sum(values.get(r, 0.0) * w for r, w in weights.items()) / total if total else 0.0
+
+    total = sum(completed.values())
+    return Demand.from_figures(
+        {
+            "arrivals_per_s": sum(per_replica("arrivals_per_s").values()),
+            "completed_per_s": total,
+            "remote_share": sum(remote.values()) / total if total else 0.0,
+            "remote_prompt_tokens": mean("remote_prompt_tokens", remote),
+            "remote_output_tokens": mean("remote_output_tokens", remote),
+            "local_prompt_tokens": mean("local_prompt_tokens", local),
+            "local_output_tokens": mean("local_output_tokens", local),
+        }
+    )
+
+
+def planner_model(config: PlannerModelConfig, slo: SloConfig) -> PlannerSplitModel:
+    """The planner's model for ``policy_kwargs.model`` (its files read now)."""
+    frontend = FrontEndCost.from_fit(config.path("frontend")) if config.frontend else None
+    shape = ServingShape(
+        config.kv_bytes_per_token,
+        config.link_gbps,
+        config.local_prefill_below_tokens,
+        frontend,
+        config.cores,
+    )
+    return PlannerSplitModel(
+        EngineProfile.load(config.path("profile")),
+        SLO(slo.ttft_s, slo.tpot_s),
+        slo.attainment,
+        shape,
+        duration_s=config.duration_s,
+    )
+
+
+class BackgroundSplit:
+    """A :class:`SplitModel`'s answers worked out on a thread of their own:
+    :meth:`latest` starts a search for the demand given (at most once per
+    ``interval_s``, one at a time) and returns the newest answer so far. Each new
+    answer is logged with the demand it is for and how long the search took."""
+
+    def __init__(self, model: SplitModel, interval_s: float = 1.0) -> None:
+        self.model = model
+        self.interval_s = interval_s
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="splitserve-model")
+        self._future: Future[tuple[Split, Demand, float]] | None = None
+        self._asked_s = -float("inf")
+        self._latest: Split | None = None
+
+    def latest(
+        self, demand: Demand, most: int, current: tuple[int, int], now_s: float
+    ) -> Split | None:
+        if self._future is not None and self._future.done():
+            try:
+                self._took(*self._future.result())
+            except Exception:
+                logger.exception("SLO autoscaler: the planner's model failed")
+            self._future = None
+        if self._future is None and now_s - self._asked_s >= self.interval_s:
+            self._asked_s = now_s
+            self._future = self._executor.submit(self._search, demand, most, current)
+        return self._latest
+
+    def _search(
+        self, demand: Demand, most: int, current: tuple[int, int]
+    ) -> tuple[Split, Demand, float]:
+        started = time.monotonic()
+        split = self.model.split(demand, most, current)
+        return split, demand, time.monotonic() - started
+
+    def _took(self, split: Split, demand: Demand, seconds: float) -> None:
+        before = self._latest
+        self._latest = split
+        if before is not None and (before.name, before.meets) == (split.name, split.meets):
+            return
+        logger.info(
+            "SLO autoscaler: the model: %.1f req/s arriving (%.0f%% remote, %.0f/%.0f "
+            "tokens in/out; local %.0f/%.0f) need %s, predicted attainment %.0f%%%s "
+            "(searched in %.2f s)",
+            demand.requests_per_s,
+            100 * demand.remote_share,
+            demand.remote_prompt_tokens,
+            demand.remote_output_tokens,
+            demand.local_prompt_tokens,
+            demand.local_output_tokens,
+            split.name,
+            100 * split.attainment,
+            "" if split.meets else ", short of the target at any size",
+            seconds,
+        )
+
+
 class SloAutoscaler:
     """Serve's application-level policy callable (Serve builds it with ``policy_kwargs``).
 
-    ``slo`` is the application's ``slo:`` block (a YAML anchor keeps them one); the other
-    arguments are :class:`app.slo_policy.PolicyParams`' tuning fields.
+    ``slo`` is the application's ``slo:`` block (a YAML anchor keeps them one);
+    ``model``, the planner's model to check decisions against
+    (:class:`app.config.PlannerModelConfig`); the other arguments are
+    :class:`app.slo_policy.PolicyParams`' tuning fields.
     """
 
-    def __init__(self, slo: dict[str, Any] | None = None, **tuning: Any) -> None:
+    def __init__(
+        self,
+        slo: dict[str, Any] | None = None,
+        model: dict[str, Any] | None = None,
+        **tuning: Any,
+    ) -> None:
         targets = SloConfig.model_validate(slo or {})
         self.policy = SloPolicy(
             PolicyParams(ttft_s=targets.ttft_s, tpot_s=targets.tpot_s, **tuning)
         )
+        self.model: BackgroundSplit | None = None
+        if model is not None:
+            self.model = BackgroundSplit(
+                planner_model(PlannerModelConfig.model_validate(model), targets)
+            )
         self._counter: Any = None
 
     def __call__(
@@ -99,13 +232,30 @@ class SloAutoscaler:
                 d: {} for d in contexts
             }
         signals = {pool: pool_signals(context) for pool, (_, context) in by_pool.items()}
-        decisions = self.policy.decide(signals.get(PREFILL), signals[DECODE], time.monotonic())
+        now = time.monotonic()
+        split = self._split(contexts, signals, now)
+        decisions = self.policy.decide(signals.get(PREFILL), signals[DECODE], now, split)
         result = {d: c.target_num_replicas for d, c in contexts.items()}
         for pool, decision in decisions.items():
             deployment_id, context = by_pool[pool]
             result[deployment_id] = decision.replicas
             self._report(context, signals[pool], decision)
         return result, {d: {} for d in contexts}
+
+    def _split(
+        self, contexts: dict[Any, Any], signals: dict[str, PoolSignals], now: float
+    ) -> Split | None:
+        """The model's newest split for the ingress's demand (disaggregated only)."""
+        ingress = [c for c in contexts.values() if c.deployment_name == INGRESS]
+        if self.model is None or PREFILL not in signals or not ingress:
+            return None
+        demand = ingress_demand(ingress[0])
+        if demand is None:
+            return None
+        cap = self.policy.params.max_total_replicas
+        most = cap or signals[PREFILL].max_replicas + signals[DECODE].max_replicas
+        current = (signals[PREFILL].replicas, signals[DECODE].replicas)
+        return self.model.latest(demand, most, current, now)
 
     def _report(self, context: Any, signals: PoolSignals, decision: Decision) -> None:
         deployment = context.deployment_name

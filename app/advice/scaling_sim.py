@@ -44,12 +44,18 @@ from app.advice.simulator import (
     outcomes,
 )
 from app.config import AdmissionConfig
+from app.demand import Demand
 from app.slo_policy import DECODE, PREFILL, Decision, PoolSignals
+from app.split_model import Split, SplitModel
 
 
 class ScalingPolicy(Protocol):
     def decide(
-        self, prefill: PoolSignals | None, decode: PoolSignals, now_s: float
+        self,
+        prefill: PoolSignals | None,
+        decode: PoolSignals,
+        now_s: float,
+        split: Split | None = None,
     ) -> dict[str, Decision]: ...
 
 
@@ -72,6 +78,7 @@ class ScalingRun:
     accelerator_seconds: float
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (t, P, D) active
     shed: int = 0  # arrivals admission control refused (misses in the attainment)
+    splits: list[tuple[float, Split]] = field(default_factory=list)  # the model's, by tick
 
     def attainment(self, slo: SLO) -> float:
         return attainment(self.outcomes, slo)
@@ -107,9 +114,11 @@ def simulate_scaling(
     topology: Topology,
     config: ScalingConfig,
     policy: ScalingPolicy | None,
+    model: SplitModel | None = None,
 ) -> ScalingRun:
     """Every request's outcome (in the order given), with ``policy`` resizing the
-    pools (None: they stay at ``config.start``)."""
+    pools (None: they stay at ``config.start``); with ``model``, the policy also gets
+    the split the model says the front door's demand needs."""
     clock = _Clock()
     prefill: _Pool[_PrefillReplica] = _Pool()
     decode: _Pool[_DecodeReplica] = _Pool()
@@ -235,6 +244,25 @@ def simulate_scaling(
         )
         return p, d
 
+    def demand(now: float) -> Demand | None:
+        """What the ingress reports (app.demand): arrivals over the window, refused
+        ones included, and the mix of the requests completed in it."""
+        since = now - config.window_s
+        arrived = sum(1 for s in states if since < s.request.arrival <= now)
+        done = [s for s in states if since < s.finished <= now]
+        if not done:
+            return None
+        remote = [s.request for s in done if s.remote]
+        local = [s.request for s in done if not s.remote]
+        return Demand(
+            requests_per_s=arrived / config.window_s,
+            remote_share=len(remote) / len(done),
+            remote_prompt_tokens=_mean([r.prompt_tokens for r in remote]),
+            remote_output_tokens=_mean([r.output_tokens for r in remote]),
+            local_prompt_tokens=_mean([r.prompt_tokens for r in local]),
+            local_output_tokens=_mean([r.output_tokens for r in local]),
+        )
+
     def resize(pool: _Pool[R], make: Callable[[], R], wanted: int, now: float) -> None:
         def ready() -> None:
             pool.starting -= 1
@@ -258,7 +286,13 @@ def simulate_scaling(
         p, d = signals(now)
         run.timeline.append((now, len(prefill.active), len(decode.active)))
         if policy is not None:
-            decisions = policy.decide(p, d, now)
+            split = None
+            load = demand(now) if model is not None else None
+            if model is not None and load is not None:
+                most = config.max_total_replicas or 2 * config.bounds[1]
+                split = model.split(load, most, (prefill.target, decode.target))
+                run.splits.append((now, split))
+            decisions = policy.decide(p, d, now, split)
             wanted_p, wanted_d = decisions[PREFILL].replicas, decisions[DECODE].replicas
             # The pool that shrinks first: its room goes to the one that grows.
             if wanted_p - prefill.target > wanted_d - decode.target:
@@ -277,6 +311,10 @@ def simulate_scaling(
     run.shed = admission.shed if admission is not None else 0
     run.outcomes = outcomes(states, profile)
     return run
+
+
+def _mean(values: list[int]) -> float:
+    return sum(values) / len(values) if values else 0.0
 
 
 def _load(replica: Replica) -> float:

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from app.slo_policy import DECODE, PREFILL, Decision, PoolSignals
+from app.split_model import Split
 
 
 @dataclass
@@ -30,7 +31,11 @@ class OngoingRequestsPolicy:
     _wanting: dict[str, tuple[str, float]] = field(default_factory=dict)
 
     def decide(
-        self, prefill: PoolSignals | None, decode: PoolSignals, now_s: float
+        self,
+        prefill: PoolSignals | None,
+        decode: PoolSignals,
+        now_s: float,
+        split: Split | None = None,  # Serve's default knows no model
     ) -> dict[str, Decision]:
         decisions = {DECODE: self._pool(DECODE, decode, now_s)}
         if prefill is not None:

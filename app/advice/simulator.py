@@ -86,7 +86,7 @@ class SimRequest:
     output_tokens: int
 
 
-@dataclass
+@dataclass(eq=False)  # each request is itself: compared (and found in lists) by identity
 class _State:
     request: SimRequest
     prefill_left: int
@@ -190,12 +190,16 @@ class _DecodeReplica:
                     self.stream.chunk(state, first=True)
                     self.running.append(state)
         streams = len(self.running)
-        for state in list(self.running):
+        stepped = {id(state) for state in decoding}
+        still = []
+        for state in self.running:
             if state.tokens_out >= state.request.output_tokens:
                 self.stream.chunk(state, last=True)
-                self.running.remove(state)
-            elif state in decoding:
+                continue
+            if id(state) in stepped:
                 self.stream.token(state, streams)
+            still.append(state)
+        self.running[:] = still
         self._step()
 
 

@@ -17,6 +17,7 @@ from app.config.deployment import (
 )
 from app.config.frontend import OpenAIConfig
 from app.config.model import ModelConfig
+from app.config.planner_model import PlannerModelConfig
 from app.config.routing import MigrationConfig, RequestPathConfig, RouterConfig
 from app.config.serve_file import serve_file_args, serve_file_policy
 from app.config.slo import SloConfig
@@ -32,6 +33,7 @@ __all__ = [
     "Mode",
     "ModelConfig",
     "OpenAIConfig",
+    "PlannerModelConfig",
     "PoolConfig",
     "RayActorOptions",
     "RequestPathConfig",

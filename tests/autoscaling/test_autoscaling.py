@@ -174,8 +174,11 @@ async def test_the_slo_policy_grows_prefill_on_ttft_and_decode_on_tpot(tmp_path)
                 await asyncio.sleep(2)
     # Every change is logged with its reason.
     assert "SLO autoscaler: Prefill 1 -> 2 replicas: " in log
-    assert "over budget" in log or "load needs" in log
-    assert "SLO autoscaler: Decode 1 -> 2 replicas: TPOT" in log
+    assert "over budget" in log or "load needs" in log or "arriving need" in log
+    assert re.search(r"SLO autoscaler: Decode 1 -> 2 replicas: (TPOT|the model)", log), log
+    # The planner's model answered in the controller, from the demand the ingress
+    # reported (its arrivals and their mix).
+    assert re.search(r"SLO autoscaler: the model: [\d.]+ req/s arriving \(", log), log
     assert "SLO autoscaler: Prefill 2 -> 1 replicas: 1 would meet the TTFT budget" in log
     # ... and counted, on the API port's /metrics too.
     assert set(counted) == {(p, d) for p in ("Prefill", "Decode") for d in ("up", "down")}, counted

@@ -123,6 +123,13 @@ def test_the_autoscaling_config_gives_its_policy_the_apps_slo():
     assert config.prefill.autoscaling_config and config.decode.autoscaling_config
     autoscaler = SloAutoscaler(**policy["policy_kwargs"])
     assert autoscaler.policy.params.ttft_s == config.slo.ttft_s
+    # the planner's model it checks against: its files ship, its router threshold is
+    # the app's, and the ingress reports the demand it reads
+    assert autoscaler.model is not None
+    model = policy["policy_kwargs"]["model"]
+    assert model["local_prefill_below_tokens"] == config.router.local_prefill_below_tokens
+    assert config.ingress.autoscaling_config is not None
+    assert config.ingress.autoscaling_config.max_replicas == 1
 
 
 def test_slo_attainment_cannot_exceed_its_percentile():

@@ -14,6 +14,7 @@ from app.advice.serve_default import OngoingRequestsPolicy
 from app.advice.simulator import Topology, simulate
 from app.config import AdmissionConfig
 from app.slo_policy import DECODE, PolicyParams, PoolSignals, SloPolicy
+from app.split_model import PlannerSplitModel
 
 # Prefill: 20 ms + 0.1 ms per token; decode: 10 ms per step + 1 ms per sequence.
 PROFILE = EngineProfile(prefill=[(0, 0.02), (10_000, 1.02)], decode=[(1, 0.011), (64, 0.074)])
@@ -104,3 +105,33 @@ def test_serves_default_policy_follows_ongoing_requests_after_its_delays():
     # bounds
     assert policy.decide(None, replace(busy, ongoing=100), 200.0)[DECODE].replicas == 1
     assert policy.decide(None, replace(busy, ongoing=100), 220.0)[DECODE].replicas == 8
+
+
+def test_the_models_check_sizes_the_pools_from_the_front_doors_demand():
+    # A step from 1 to 12 req/s of long prompts (0.22 s of prefill each: 2.6 prefill
+    # engines of work) with short answers. The policy alone grows prefill at most to
+    # twice its size per decision, a cool-down apart; the model's split for the
+    # ingress's demand (every arrival, refused ones included) goes there at once.
+    requests = ramp_requests([(60, 1.0), (180, 12.0)], lambda i: (2000, 4), seed=4)
+    params = PolicyParams(
+        ttft_s=SLO_.ttft_s, tpot_s=SLO_.tpot_s, upscale_cooldown_s=30, max_total_replicas=8
+    )
+    config = ScalingConfig(
+        start=(1, 1),
+        bounds=(1, 6),
+        startup_s=30,
+        max_total_replicas=8,
+        admission=AdmissionConfig(ttft_budget_s=1.0),
+    )
+    model = PlannerSplitModel(PROFILE, SLO_, 0.9, duration_s=30)
+    checked = simulate_scaling(requests, PROFILE, TOPOLOGY, config, SloPolicy(params), model)
+    alone = simulate_scaling(requests, PROFILE, TOPOLOGY, config, SloPolicy(params))
+    after = [s for t, s in checked.splits if 70 <= t <= 120]
+    assert after and all(s.requests_per_s > 9 and s.prefill >= 3 for s in after)
+
+    def prefill_reached(run, size):
+        return next(t for t, p, _ in run.timeline if p >= size)
+
+    assert prefill_reached(checked, 3) + 30 <= prefill_reached(alone, 3)
+    assert checked.attainment(SLO_) > alone.attainment(SLO_) + 0.03
+    assert checked.shed < alone.shed

@@ -3,9 +3,14 @@
 
 from __future__ import annotations
 
+import json
+import time
 from types import SimpleNamespace
 
-from deployments.slo_autoscaler import SloAutoscaler, pool_signals
+import pytest
+from pydantic import ValidationError
+
+from deployments.slo_autoscaler import SloAutoscaler, ingress_demand, pool_signals
 
 
 def context(name: str, target: int, metrics: dict[str, dict[str, float]], running=None):
@@ -60,3 +65,80 @@ def test_the_autoscaler_grows_the_pool_over_its_target_and_leaves_others():
     decisions, state = autoscaler(contexts)
     assert decisions == {"P": 1, "D": 2, "I": 1}
     assert set(state) == {"P", "D", "I"}
+
+
+def test_ingress_demand_sums_arrivals_and_weights_the_mix_by_completions():
+    ctx = context(
+        "Ingress",
+        2,
+        {
+            "arrivals_per_s": {"a": 10.0, "b": 6.0, "gone": 50.0},
+            "completed_per_s": {"a": 8.0, "b": 2.0, "gone": 50.0},
+            "remote_share": {"a": 0.5, "b": 1.0, "gone": 0.0},
+            "remote_prompt_tokens": {"a": 1000.0, "b": 2000.0},
+            "remote_output_tokens": {"a": 10.0, "b": 40.0},
+            "local_prompt_tokens": {"a": 100.0, "b": 0.0},
+            "local_output_tokens": {"a": 200.0, "b": 0.0},
+        },
+        running=["a", "b"],
+    )
+    demand = ingress_demand(ctx)
+    assert demand is not None
+    assert demand.requests_per_s == 16.0
+    # 4 + 2 remote completions per second of 10 in all; means weighted by them
+    assert demand.remote_share == 0.6
+    assert demand.remote_prompt_tokens == (4 * 1000 + 2 * 2000) / 6
+    assert demand.remote_output_tokens == (4 * 10 + 2 * 40) / 6
+    assert (demand.local_prompt_tokens, demand.local_output_tokens) == (100.0, 200.0)
+    assert ingress_demand(context("Ingress", 1, {"arrivals_per_s": {"a": 3.0}})) is None
+
+
+PROFILE = {"prefill": [[0, 0.0], [1000, 0.1]], "decode": [[1, 0.01], [64, 0.02]]}
+
+
+def test_the_model_is_read_from_its_files_and_a_missing_one_is_named(tmp_path):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(PROFILE))
+    autoscaler = SloAutoscaler(slo={"ttft_ms": 500}, model={"profile": str(path)})
+    assert autoscaler.model is not None
+    assert autoscaler.model.model.profile.prefill_s(500) == 0.05  # type: ignore[attr-defined]
+    with pytest.raises(FileNotFoundError, match=r"policy_kwargs.model.profile: no file nowhere"):
+        SloAutoscaler(model={"profile": "nowhere.json"})
+    with pytest.raises(ValidationError, match="cores"):
+        SloAutoscaler(model={"profile": str(path), "cores": -1})
+
+
+def test_the_autoscaler_follows_the_models_split_for_the_ingress_demand(tmp_path):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(PROFILE))
+    autoscaler = SloAutoscaler(
+        slo={"ttft_ms": 500, "tpot_ms": 30},
+        model={"profile": str(path), "duration_s": 30},
+        upscale_cooldown_s=0,
+    )
+    # The pools look idle (their figures lag); 12 req/s of 2,000-token prompts with 4
+    # output tokens arrive at the ingress: 2.4 prefill engines of work.
+    contexts = {
+        "P": context("Prefill", 1, {"requests_per_s": {"p": 0.0}}),
+        "D": context("Decode", 1, {"requests_per_s": {"d": 0.0}}),
+        "I": context(
+            "Ingress",
+            1,
+            {
+                "arrivals_per_s": {"i": 12.0},
+                "completed_per_s": {"i": 12.0},
+                "remote_share": {"i": 1.0},
+                "remote_prompt_tokens": {"i": 2000.0},
+                "remote_output_tokens": {"i": 4.0},
+            },
+        ),
+    }
+    for context_ in contexts.values():
+        context_.capacity_adjusted_max_replicas = 4
+    decisions, _ = autoscaler(contexts)
+    assert decisions["P"] == 1  # the search runs off the control loop: no answer yet
+    deadline = time.monotonic() + 60
+    while autoscaler.model._future is not None and time.monotonic() < deadline:  # type: ignore[union-attr]
+        autoscaler.model._future.result(timeout=60)  # type: ignore[union-attr]
+        decisions, _ = autoscaler(contexts)
+    assert decisions["P"] >= 3 and decisions["D"] == 1 and decisions["I"] == 1

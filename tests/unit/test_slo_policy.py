@@ -6,6 +6,7 @@ import math
 from dataclasses import replace
 
 from app.slo_policy import DECODE, PREFILL, PolicyParams, PoolSignals, SloPolicy
+from app.split_model import Split
 
 PARAMS = PolicyParams(
     ttft_s=1.0, tpot_s=0.05, upscale_cooldown_s=10, downscale_delay_s=30, headroom=0.7
@@ -203,3 +204,73 @@ def test_within_a_cluster_the_pool_missing_its_target_is_served_first():
     decisions = SloPolicy(params).decide(prefill, decode, 0.0)
     assert (decisions[PREFILL].replicas, decisions[DECODE].replicas) == (2, 2)
     assert "decode needs room" in decisions[PREFILL].reason
+
+
+# --- the model's check (a Split for the front door's demand) ---
+
+
+def split(prefill: int, decode: int, meets: bool = True) -> Split:
+    return Split(prefill, decode, 0.95 if meets else 0.6, meets, requests_per_s=40.0)
+
+
+def test_the_models_split_grows_both_pools_at_once_past_the_doubling_bound():
+    # The pools' own figures look calm (the signals lag the arrivals); the model says
+    # the load arriving needs 4P:3D.
+    big = PoolSignals(replicas=1, min_replicas=1, max_replicas=8)
+    decisions = SloPolicy(PARAMS).decide(big, big, 0.0, split(4, 3))
+    assert (decisions[PREFILL].replicas, decisions[DECODE].replicas) == (4, 3)
+    assert "40.0 req/s arriving need 4P:3D" in decisions[PREFILL].reason
+    # without the model the same figures hold
+    decisions = SloPolicy(PARAMS).decide(big, big, 0.0)
+    assert (decisions[PREFILL].replicas, decisions[DECODE].replicas) == (1, 1)
+
+
+def test_the_model_waits_out_the_cooldown_and_respects_max():
+    policy = SloPolicy(PARAMS)
+    policy.decide(pool(2), pool(1), 0.0, split(2, 1))
+    policy.memory[PREFILL].last_growth_s = 0.0
+    decision = policy.decide(pool(2), pool(1), 5.0, split(3, 1))[PREFILL]
+    assert decision.replicas == 2 and decision.reason.startswith("cooling down")
+    decision = policy.decide(pool(2), pool(1), 10.0, split(7, 1))[PREFILL]
+    assert decision.replicas == 4  # max_replicas
+
+
+def test_no_pool_shrinks_below_the_models_split():
+    policy = SloPolicy(PARAMS)
+    calm = pool(replicas=3)
+    counts, reasons = [], []
+    p_now = 3
+    for i in range(20):  # 100 s of calm figures: without the model, 3 -> 2 -> 1
+        prefill = PoolSignals(**{**calm.__dict__, "replicas": p_now})
+        decisions = policy.decide(prefill, IDLE, i * 5.0, split(2, 1))
+        p_now = decisions[PREFILL].replicas
+        counts.append(p_now)
+        reasons.append(decisions[PREFILL].reason)
+    assert counts[-1] == 2 and min(counts) == 2
+    assert any(r.startswith("held: the model: 40.0 req/s arriving need 2P:1D") for r in reasons)
+
+
+def test_at_the_cluster_cap_neither_pool_gives_back_below_the_models_split():
+    params = replace(PARAMS, upscale_cooldown_s=0, max_total_replicas=6)
+    # decode misses TPOT badly and asks for 6; prefill keeps up with 3 (its own floor
+    # is 1), and the model says the arrivals need 3P:3D.
+    prefill = pool(3, requests_per_s=6, busy=0.6, ttft_s=0.3)
+    decode = PoolSignals(replicas=3, min_replicas=1, max_replicas=8, tpot_s=0.2, running=40)
+    decisions = SloPolicy(params).decide(prefill, decode, 0.0, split(3, 3))
+    assert (decisions[PREFILL].replicas, decisions[DECODE].replicas) == (3, 3)
+    decisions = SloPolicy(params).decide(prefill, decode, 0.0)
+    assert decisions[PREFILL].replicas < 3  # without the model prefill gives way
+
+
+def test_more_load_than_any_split_meets_is_said_plainly():
+    big = PoolSignals(replicas=1, min_replicas=1, max_replicas=8)
+    decision = SloPolicy(PARAMS).decide(big, big, 0.0, split(5, 3, meets=False))[PREFILL]
+    assert decision.replicas == 5
+    assert "more than any split meets; 5P:3D serves the most (60%)" in decision.reason
+
+
+def test_measured_rules_still_grow_a_pool_the_model_undersizes():
+    # the model says 1P:1D, but decode's measured TPOT is twice its target
+    decode = pool(2, tpot_s=0.1, running=32)
+    decisions = SloPolicy(PARAMS).decide(IDLE, decode, 0.0, split(1, 1))
+    assert decisions[DECODE].replicas == 4 and "TPOT" in decisions[DECODE].reason

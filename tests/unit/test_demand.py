@@ -1,0 +1,48 @@
+"""The front door's demand as the ingress reports it (app.demand)."""
+
+from __future__ import annotations
+
+from app.demand import Demand, DemandMeter
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_arrivals_count_every_request_and_the_mix_comes_from_completed_ones():
+    clock = Clock()
+    meter = DemandMeter(window_s=10, clock=clock)
+    for _ in range(30):  # 30 arrivals in the window: some will be refused, all count
+        meter.arrived()
+    meter.completed(prompt_tokens=1500, output_tokens=16, remote=True)
+    meter.completed(prompt_tokens=100, output_tokens=120, remote=False)
+    meter.completed(prompt_tokens=140, output_tokens=140, remote=False)
+    meter.completed(prompt_tokens=1600, output_tokens=20, remote=True)
+    figures = meter.figures()
+    assert figures["arrivals_per_s"] == 3.0
+    assert figures["completed_per_s"] == 0.4
+    assert figures["remote_share"] == 0.5
+    assert (figures["remote_prompt_tokens"], figures["remote_output_tokens"]) == (1550, 18)
+    assert (figures["local_prompt_tokens"], figures["local_output_tokens"]) == (120, 130)
+    demand = Demand.from_figures(figures)
+    assert demand is not None and demand.requests_per_s == 3.0 and demand.remote_share == 0.5
+
+
+def test_the_window_forgets_what_is_older_than_it():
+    clock = Clock()
+    meter = DemandMeter(window_s=10, clock=clock)
+    meter.arrived()
+    meter.completed(1000, 10, remote=True)
+    clock.now += 5
+    meter.arrived()
+    meter.completed(100, 50, remote=False)
+    clock.now += 6  # the first pair is 11 s old now
+    figures = meter.figures()
+    assert figures["arrivals_per_s"] == 0.1
+    assert figures["remote_share"] == 0.0 and figures["local_prompt_tokens"] == 100
+    clock.now += 10
+    assert Demand.from_figures(meter.figures()) is None  # nothing completed: no mix
