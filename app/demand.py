@@ -31,17 +31,25 @@ class Demand:
 
     @classmethod
     def from_figures(cls, figures: dict[str, float]) -> Demand | None:
-        """From :meth:`DemandMeter.figures` (summed or averaged over replicas); None
-        when nothing has completed yet, so the mix is unknown."""
-        if figures.get("completed_per_s", 0.0) <= 0:
+        """From :meth:`DemandMeter.figures` (each rate summed over replicas); None when
+        nothing has completed, so the mix is unknown. Rates, not means, cross Serve:
+        it averages each figure over its look-back period, and a mean averaged with a
+        window that had none (reported as 0) would read low."""
+        remote = figures.get("remote_completed_per_s", 0.0)
+        local = figures.get("local_completed_per_s", 0.0)
+        if remote + local <= 0:
             return None
+
+        def per(name: str, count: float) -> float:
+            return figures.get(name, 0.0) / count if count > 0 else 0.0
+
         return cls(
             requests_per_s=figures.get("arrivals_per_s", 0.0),
-            remote_share=figures.get("remote_share", 0.0),
-            remote_prompt_tokens=figures.get("remote_prompt_tokens", 0.0),
-            remote_output_tokens=figures.get("remote_output_tokens", 0.0),
-            local_prompt_tokens=figures.get("local_prompt_tokens", 0.0),
-            local_output_tokens=figures.get("local_output_tokens", 0.0),
+            remote_share=remote / (remote + local),
+            remote_prompt_tokens=per("remote_prompt_tokens_per_s", remote),
+            remote_output_tokens=per("remote_output_tokens_per_s", remote),
+            local_prompt_tokens=per("local_prompt_tokens_per_s", local),
+            local_output_tokens=per("local_output_tokens_per_s", local),
         )
 
 
@@ -66,8 +74,8 @@ class DemandMeter:
             self._completed.append((self._clock(), prompt_tokens, output_tokens, remote))
 
     def figures(self) -> dict[str, float]:
-        """Rates over the window and the completed requests' mean lengths (Serve custom
-        metrics: floats only)."""
+        """Rates over the window: arrivals, and completions and their prompt and output
+        tokens by kind (Serve custom metrics: floats only)."""
         since = self._clock() - self.window_s
         with self._lock:
             while self._arrivals and self._arrivals[0] <= since:
@@ -75,18 +83,11 @@ class DemandMeter:
             while self._completed and self._completed[0][0] <= since:
                 self._completed.popleft()
             arrivals, done = len(self._arrivals), list(self._completed)
-        remote = [(p, o) for _, p, o, r in done if r]
-        local = [(p, o) for _, p, o, r in done if not r]
-        return {
-            "arrivals_per_s": arrivals / self.window_s,
-            "completed_per_s": len(done) / self.window_s,
-            "remote_share": len(remote) / len(done) if done else 0.0,
-            "remote_prompt_tokens": _mean([p for p, _ in remote]),
-            "remote_output_tokens": _mean([o for _, o in remote]),
-            "local_prompt_tokens": _mean([p for p, _ in local]),
-            "local_output_tokens": _mean([o for _, o in local]),
-        }
-
-
-def _mean(values: list[int]) -> float:
-    return sum(values) / len(values) if values else 0.0
+        window = self.window_s
+        figures = {"arrivals_per_s": arrivals / window}
+        for kind, remote in (("remote", True), ("local", False)):
+            mine = [(p, o) for _, p, o, r in done if r is remote]
+            figures[f"{kind}_completed_per_s"] = len(mine) / window
+            figures[f"{kind}_prompt_tokens_per_s"] = sum(p for p, _ in mine) / window
+            figures[f"{kind}_output_tokens_per_s"] = sum(o for _, o in mine) / window
+        return figures

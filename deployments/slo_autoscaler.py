@@ -85,35 +85,15 @@ def pool_signals(context: Any) -> PoolSignals:
 
 
 def ingress_demand(context: Any) -> Demand | None:
-    """The front door's :class:`Demand` from the ingress's ``AutoscalingContext``: rates
-    summed over its running replicas, the mix weighted by what each completed."""
+    """The front door's :class:`Demand` from the ingress's ``AutoscalingContext``: each
+    rate (:meth:`app.demand.DemandMeter.figures`) summed over its running replicas."""
     metrics: dict[str, dict[Any, float]] = context.aggregated_metrics or {}
     running = set(context.running_replicas)
-
-    def per_replica(name: str) -> dict[Any, float]:
-        return {r: v for r, v in metrics.get(name, {}).items() if r in running}
-
-    completed = per_replica("completed_per_s")
-    shares = per_replica("remote_share")
-    remote = {r: completed[r] * shares.get(r, 0.0) for r in completed}
-    local = {r: completed[r] - remote[r] for r in completed}
-
-    def mean(name: str, weights: dict[Any, float]) -> float:
-        values, total = per_replica(name), sum(weights.values())
-        return sum(values.get(r, 0.0) * w for r, w in weights.items()) / total if total else 0.0
-
-    total = sum(completed.values())
-    return Demand.from_figures(
-        {
-            "arrivals_per_s": sum(per_replica("arrivals_per_s").values()),
-            "completed_per_s": total,
-            "remote_share": sum(remote.values()) / total if total else 0.0,
-            "remote_prompt_tokens": mean("remote_prompt_tokens", remote),
-            "remote_output_tokens": mean("remote_output_tokens", remote),
-            "local_prompt_tokens": mean("local_prompt_tokens", local),
-            "local_output_tokens": mean("local_output_tokens", local),
-        }
-    )
+    totals = {
+        name: float(sum(v for r, v in per_replica.items() if r in running))
+        for name, per_replica in metrics.items()
+    }
+    return Demand.from_figures(totals)
 
 
 def planner_model(config: PlannerModelConfig, slo: SloConfig) -> PlannerSplitModel:

@@ -67,28 +67,26 @@ def test_the_autoscaler_grows_the_pool_over_its_target_and_leaves_others():
     assert set(state) == {"P", "D", "I"}
 
 
-def test_ingress_demand_sums_arrivals_and_weights_the_mix_by_completions():
+def test_ingress_demand_sums_each_rate_over_running_replicas():
     ctx = context(
         "Ingress",
         2,
         {
             "arrivals_per_s": {"a": 10.0, "b": 6.0, "gone": 50.0},
-            "completed_per_s": {"a": 8.0, "b": 2.0, "gone": 50.0},
-            "remote_share": {"a": 0.5, "b": 1.0, "gone": 0.0},
-            "remote_prompt_tokens": {"a": 1000.0, "b": 2000.0},
-            "remote_output_tokens": {"a": 10.0, "b": 40.0},
-            "local_prompt_tokens": {"a": 100.0, "b": 0.0},
-            "local_output_tokens": {"a": 200.0, "b": 0.0},
+            "remote_completed_per_s": {"a": 4.0, "b": 2.0, "gone": 50.0},
+            "remote_prompt_tokens_per_s": {"a": 4000.0, "b": 4000.0},
+            "remote_output_tokens_per_s": {"a": 40.0, "b": 80.0},
+            "local_completed_per_s": {"a": 4.0, "b": 0.0},
+            "local_prompt_tokens_per_s": {"a": 400.0, "b": 0.0},
+            "local_output_tokens_per_s": {"a": 800.0, "b": 0.0},
         },
         running=["a", "b"],
     )
     demand = ingress_demand(ctx)
     assert demand is not None
     assert demand.requests_per_s == 16.0
-    # 4 + 2 remote completions per second of 10 in all; means weighted by them
-    assert demand.remote_share == 0.6
-    assert demand.remote_prompt_tokens == (4 * 1000 + 2 * 2000) / 6
-    assert demand.remote_output_tokens == (4 * 10 + 2 * 40) / 6
+    assert demand.remote_share == 0.6  # 6 of 10 completions per second
+    assert (demand.remote_prompt_tokens, demand.remote_output_tokens) == (8000 / 6, 120 / 6)
     assert (demand.local_prompt_tokens, demand.local_output_tokens) == (100.0, 200.0)
     assert ingress_demand(context("Ingress", 1, {"arrivals_per_s": {"a": 3.0}})) is None
 
@@ -126,10 +124,9 @@ def test_the_autoscaler_follows_the_models_split_for_the_ingress_demand(tmp_path
             1,
             {
                 "arrivals_per_s": {"i": 12.0},
-                "completed_per_s": {"i": 12.0},
-                "remote_share": {"i": 1.0},
-                "remote_prompt_tokens": {"i": 2000.0},
-                "remote_output_tokens": {"i": 4.0},
+                "remote_completed_per_s": {"i": 12.0},
+                "remote_prompt_tokens_per_s": {"i": 24000.0},
+                "remote_output_tokens_per_s": {"i": 48.0},
             },
         ),
     }
