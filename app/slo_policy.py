@@ -300,7 +300,7 @@ class SloPolicy:
         if not split.meets:
             why = (
                 f"the model: {split.requests_per_s:.1f} req/s arriving are more than any "
-                f"split meets; {split.name} serves the most ({split.attainment:.0%})"
+                f"split meets; {split.name} serves as many as any ({split.attainment:.0%})"
             )
         modelled = ((PREFILL, prefill, split.prefill), (DECODE, decode, split.decode))
         for name, pool, wanted in modelled:

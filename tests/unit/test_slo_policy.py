@@ -266,7 +266,7 @@ def test_more_load_than_any_split_meets_is_said_plainly():
     big = PoolSignals(replicas=1, min_replicas=1, max_replicas=8)
     decision = SloPolicy(PARAMS).decide(big, big, 0.0, split(5, 3, meets=False))[PREFILL]
     assert decision.replicas == 5
-    assert "more than any split meets; 5P:3D serves the most (60%)" in decision.reason
+    assert "more than any split meets; 5P:3D serves as many as any (60%)" in decision.reason
 
 
 def test_measured_rules_still_grow_a_pool_the_model_undersizes():
