@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 
@@ -82,12 +82,21 @@ class DemandMeter:
                 self._arrivals.popleft()
             while self._completed and self._completed[0][0] <= since:
                 self._completed.popleft()
-            arrivals, done = len(self._arrivals), list(self._completed)
-        window = self.window_s
-        figures = {"arrivals_per_s": arrivals / window}
-        for kind, remote in (("remote", True), ("local", False)):
-            mine = [(p, o) for _, p, o, r in done if r is remote]
-            figures[f"{kind}_completed_per_s"] = len(mine) / window
-            figures[f"{kind}_prompt_tokens_per_s"] = sum(p for p, _ in mine) / window
-            figures[f"{kind}_output_tokens_per_s"] = sum(o for _, o in mine) / window
-        return figures
+            arrivals, done = len(self._arrivals), [c[1:] for c in self._completed]
+        return demand_figures(arrivals, done, self.window_s)
+
+
+def demand_figures(
+    arrivals: int, completed: Iterable[tuple[int, int, bool]], window_s: float
+) -> dict[str, float]:
+    """The figures of :meth:`DemandMeter.figures` for ``arrivals`` and ``completed``
+    (prompt tokens, output tokens, remote) over ``window_s`` (the scaling simulator
+    reports its ingress's demand with it too)."""
+    done = list(completed)
+    figures = {"arrivals_per_s": arrivals / window_s}
+    for kind, remote in (("remote", True), ("local", False)):
+        mine = [(p, o) for p, o, r in done if r is remote]
+        figures[f"{kind}_completed_per_s"] = len(mine) / window_s
+        figures[f"{kind}_prompt_tokens_per_s"] = sum(p for p, _ in mine) / window_s
+        figures[f"{kind}_output_tokens_per_s"] = sum(o for _, o in mine) / window_s
+    return figures

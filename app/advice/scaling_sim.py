@@ -44,7 +44,7 @@ from app.advice.simulator import (
     outcomes,
 )
 from app.config import AdmissionConfig
-from app.demand import Demand
+from app.demand import Demand, demand_figures
 from app.slo_policy import DECODE, PREFILL, Decision, PoolSignals
 from app.split_model import Split, SplitModel
 
@@ -249,19 +249,12 @@ def simulate_scaling(
         ones included, and the mix of the requests completed in it."""
         since = now - config.window_s
         arrived = sum(1 for s in states if since < s.request.arrival <= now)
-        done = [s for s in states if since < s.finished <= now]
-        if not done:
-            return None
-        remote = [s.request for s in done if s.remote]
-        local = [s.request for s in done if not s.remote]
-        return Demand(
-            requests_per_s=arrived / config.window_s,
-            remote_share=len(remote) / len(done),
-            remote_prompt_tokens=_mean([r.prompt_tokens for r in remote]),
-            remote_output_tokens=_mean([r.output_tokens for r in remote]),
-            local_prompt_tokens=_mean([r.prompt_tokens for r in local]),
-            local_output_tokens=_mean([r.output_tokens for r in local]),
-        )
+        done = [
+            (s.request.prompt_tokens, s.request.output_tokens, s.remote)
+            for s in states
+            if since < s.finished <= now
+        ]
+        return Demand.from_figures(demand_figures(arrived, done, config.window_s))
 
     def resize(pool: _Pool[R], make: Callable[[], R], wanted: int, now: float) -> None:
         def ready() -> None:
@@ -311,10 +304,6 @@ def simulate_scaling(
     run.shed = admission.shed if admission is not None else 0
     run.outcomes = outcomes(states, profile)
     return run
-
-
-def _mean(values: list[int]) -> float:
-    return sum(values) / len(values) if values else 0.0
 
 
 def _load(replica: Replica) -> float:

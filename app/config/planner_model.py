@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import Field
 
 from app.config.base import Strict
+from app.config.routing import RouterConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +36,7 @@ class PlannerModelConfig(Strict):
     kv_bytes_per_token: int = Field(0, ge=0, description="KV bytes per prompt token.")
     link_gbps: float = Field(0.0, ge=0, description="The KV link's rate; 0: free.")
     local_prefill_below_tokens: int = Field(
-        512,
+        RouterConfig.model_fields["local_prefill_below_tokens"].default,
         ge=0,
         description="Prompts shorter than this are prefilled on decode: keep it equal to "
         "the app's `router.local_prefill_below_tokens`.",
