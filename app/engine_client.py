@@ -38,8 +38,10 @@ from app.answer_text import VllmAnswerText
 from app.deadline import Deadline
 from app.errors import describe_failure
 from app.migration import AnswerText
-from app.orchestrator import Orchestrator, PoolBusy, RequestTimings
+from app.orchestrator import Orchestrator
+from app.pool_client import PoolBusy
 from app.records import GenerateRequest, TokenChunk
+from app.request_timings import RequestTimings
 
 logger = logging.getLogger("splitserve.engine_client")
 

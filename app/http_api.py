@@ -32,8 +32,8 @@ from app.engine_client import REQUEST_SCOPE, RequestScope
 from app.errors import APIError, bad_request
 from app.metrics_page import CONTENT_TYPE
 from app.openai_frontend import Frontend
-from app.orchestrator import RequestTimings
 from app.request_report import splitserve_field
+from app.request_timings import RequestTimings
 
 logger = logging.getLogger("splitserve.http")
 

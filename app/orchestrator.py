@@ -6,8 +6,8 @@ generate with that KV. The transports are tried in the order of the request's pl
 (:mod:`app.kv_transport.fallback`): when a prefill fails or times out, or the decode
 replica reports that it could not use the KV, the next transport is tried; the last is
 always a local recompute on the decode replica. In colocated mode the decode pool
-serves the whole request. Pools are reached through :class:`PoolClient`, so this logic
-runs the same against Ray Serve handles and against test fakes.
+serves the whole request. Pools are reached through :class:`~app.pool_client.PoolClient`,
+so this logic runs the same against Ray Serve handles and against test fakes.
 """
 
 from __future__ import annotations
@@ -15,86 +15,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from app.config import MigrationConfig, Mode, TransportConfig
 from app.errors import describe_failure
 from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Attempt, TransferReport, Transport
-from app.migration import AnswerText, Migration, resumable
+from app.migration import AnswerText, resumable
+from app.pool_client import PoolBusy, PoolClient
 from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
+from app.request_timings import RequestTimings
 from app.routing.disaggregation import decide
 
 logger = logging.getLogger("splitserve.orchestrator")
-
-
-class PoolBusy(Exception):
-    """A pool's queue is full (Serve's ``max_queued_requests``): try later or elsewhere."""
-
-
-class PoolClient(ABC):
-    """How the orchestrator reaches one pool of engine replicas.
-
-    Contracts:
-    - Both calls first yield :class:`Started` when a replica hands the request to its
-      engine (what came before was Serve's queue), then their results.
-    - ``prefill``: runs the prompt on one replica and hands its KV over by ``transport``,
-      then yields one :class:`PrefillResult` (NIXL: the replica holds the blocks until a
-      decode replica pulls them, the request is aborted, or the lease expires; object
-      store: the result references a Ray object freed when the last reference is
-      dropped). Raises on failure.
-    - ``generate``: streams the request's tokens from one replica. If the request's
-      transferred KV cannot be used, the first chunk after ``Started`` has
-      ``transfer_failed`` set and no tokens. Closing either iterator early (the caller
-      stops, is cancelled or times out) must abort the request on that replica and free
-      its KV blocks.
-    - Either raises :class:`PoolBusy` when the pool's queue is full, and
-      :class:`~app.migration.ReplicaLost` when the replica serving the call, or its
-      engine, died (the request can go on elsewhere; any other error is the request's).
-    - ``release``: frees at once the NIXL blocks a prefill ``result`` holds on its
-      replica; called only once the decode attempt meant to read them has ended without
-      using them. Best effort, never raises: the lease frees them anyway. The default
-      does nothing.
-    """
-
-    async def release(self, result: PrefillResult) -> None:
-        return None
-
-    @abstractmethod
-    def prefill(
-        self, request: GenerateRequest, transport: Transport
-    ) -> AsyncIterator[Started | PrefillResult]: ...
-
-    @abstractmethod
-    def generate(self, request: GenerateRequest) -> AsyncIterator[Started | TokenChunk]: ...
-
-
-@dataclass
-class RequestTimings:
-    """Where one request's time went, in seconds, and how its KV moved (filled as it runs)."""
-
-    prefill_queue_s: float = 0.0  # waiting for a prefill replica (Serve's queue)
-    prefill_s: float = 0.0  # the prefill itself, once a replica started it
-    decode_queue_s: float = 0.0  # waiting for a decode replica (Serve's queue)
-    kv_fetch_s: float = 0.0
-    decode_first_token_s: float = 0.0  # decode replica started it -> first token
-    first_token_s: float = 0.0
-    total_s: float = 0.0
-    transfer: TransferReport = field(default_factory=TransferReport)
-    prefill_engine: str = ""
-    prefill_cached_tokens: int = 0
-    decode_engine: str = ""
-    token_gaps_s: list[float] = field(default_factory=list)  # between token chunks (ITL)
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    migrations: list[Migration] = field(default_factory=list)  # streams moved to a replica
-
-    @property
-    def disaggregated(self) -> bool:
-        """Whether a remote prefill served the request (not a local prefill on decode)."""
-        return self.transfer.transport not in (None, Transport.RECOMPUTE)
 
 
 class Orchestrator:

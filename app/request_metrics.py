@@ -9,7 +9,7 @@ export.
 
 from __future__ import annotations
 
-from app.orchestrator import RequestTimings
+from app.request_timings import RequestTimings
 
 _BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 

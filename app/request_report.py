@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.orchestrator import RequestTimings
+from app.request_timings import RequestTimings
 
 
 def timing_report(t: RequestTimings) -> dict[str, Any]:

@@ -38,68 +38,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from app.slo_signals import DECODE, PREFILL, Decision, PolicyParams, PoolSignals
 from app.split_model import Split
-
-PREFILL = "prefill"
-DECODE = "decode"
-
-
-@dataclass(frozen=True)
-class PoolSignals:
-    """One pool over the look-back period: rates and busy summed over its replicas,
-    latency percentiles and KV usage at their worst replica, queues summed."""
-
-    replicas: int  # the pool's current target
-    min_replicas: int = 1
-    max_replicas: int = 1
-    requests_per_s: float = 0.0
-    busy: float = 0.0
-    # Prompt tokens per second that reached the pool's replicas, and that their engines
-    # prefilled (prefill pool; 0: not reported).
-    arrived_tokens_per_s: float = 0.0
-    prefilled_tokens_per_s: float = 0.0
-    ttft_s: float | None = None  # None: nothing measured
-    tpot_s: float | None = None
-    running: float = 0.0
-    waiting: float = 0.0
-    kv_usage: float = 0.0
-    # Requests the pool's replicas hold and that are queued for them (what Serve's
-    # default policy counts; this policy does not read it).
-    ongoing: float = 0.0
-
-
-@dataclass(frozen=True)
-class PolicyParams:
-    ttft_s: float
-    tpot_s: float
-    upscale_cooldown_s: float = 15.0
-    downscale_delay_s: float = 60.0
-    headroom: float = 0.7
-    kv_target: float = 0.85
-    min_prefill_per_decode: float | None = None
-    max_prefill_per_decode: float | None = None
-    # A prefill engine's utilization never planned above this, however loose the budget
-    # (nor below half of it, however tight).
-    max_utilization: float = 0.9
-    # Decode's part of TTFT (the KV's arrival and the first step, or a local prefill)
-    # counts against prefill's budget up to this share of the target; beyond it, decode
-    # grows.
-    decode_ttft_share: float = 0.5
-    # ... and grows decode only while decode engines are at least this busy.
-    decode_busy: float = 0.5
-    # The most replicas both pools may hold together (a cluster's size); None: no bound.
-    max_total_replicas: int | None = None
-
-
-@dataclass(frozen=True)
-class Decision:
-    replicas: int
-    reason: str
-
-    def direction(self, current: int) -> str:
-        if self.replicas > current:
-            return "up"
-        return "down" if self.replicas < current else "hold"
 
 
 @dataclass
@@ -126,9 +66,12 @@ class SloPolicy:
         """The replica count for each pool present (``prefill`` is None in colocated
         mode: the one pool then answers for TTFT as well). ``split``: what the model
         says the arriving load needs (disaggregated only; None: no model)."""
-        decisions = {DECODE: self._decode(decode, now_s, colocated=prefill is None)}
+        spares = _model_spares(prefill, decode, split) if self.params.model_shrinks else {}
+        decisions = {
+            DECODE: self._decode(decode, now_s, colocated=prefill is None, model=spares.get(DECODE))
+        }
         if prefill is not None:
-            decisions[PREFILL] = self._prefill(prefill, decode, now_s)
+            decisions[PREFILL] = self._prefill(prefill, decode, now_s, spares.get(PREFILL))
             if split is not None:
                 decisions = self._follow_model(decisions, prefill, decode, split, now_s)
             decisions = self._keep_ratio(decisions, prefill, decode)
@@ -169,7 +112,10 @@ class SloPolicy:
         utilization = min(self.params.max_utilization, 1 - self._service(pool) / budget_s)
         return math.ceil(demand / max(utilization, self.params.max_utilization / 2))
 
-    def _prefill(self, pool: PoolSignals, decode: PoolSignals, now_s: float) -> Decision:
+    def _prefill(
+        self, pool: PoolSignals, decode: PoolSignals, now_s: float, model: str | None = None
+    ) -> Decision:
+        """``model``: why the model spares one replica of this pool (None: it does not)."""
         budget = self.ttft_budget_s(decode)
         needed = self.prefill_needed(pool, budget)
         reasons = []
@@ -196,9 +142,10 @@ class SloPolicy:
             * min(self.params.max_utilization, 1 - self._service(pool) / budget)
         )
         calm = pool.ttft_s is None or pool.ttft_s <= self.params.headroom * budget
-        return self._shrink_or_hold(
-            PREFILL, pool, fits and calm, f"{smaller} would meet the TTFT budget", now_s
-        )
+        reason = f"{smaller} would meet the TTFT budget"
+        if not fits and model is not None and smaller >= 1:
+            fits, reason = True, model
+        return self._shrink_or_hold(PREFILL, pool, fits and calm, reason, now_s)
 
     @staticmethod
     def _service(pool: PoolSignals) -> float:
@@ -206,7 +153,10 @@ class SloPolicy:
 
     # --- decode ---
 
-    def _decode(self, pool: PoolSignals, now_s: float, colocated: bool) -> Decision:
+    def _decode(
+        self, pool: PoolSignals, now_s: float, colocated: bool, model: str | None = None
+    ) -> Decision:
+        """``model``: why the model spares one replica of this pool (None: it does not)."""
         target = self.params.tpot_s
         needed = pool.replicas
         reasons = []
@@ -242,9 +192,17 @@ class SloPolicy:
         )
         if pool.ttft_s is not None:
             fits = fits and pool.ttft_s * scale <= headroom * ttft_share
-        return self._shrink_or_hold(
-            DECODE, pool, fits, f"{smaller} would meet the TPOT target", now_s
-        )
+        reason = f"{smaller} would meet the TPOT target"
+        # The model may spare a replica the headroom holds, not one the KV needs.
+        if (
+            not fits
+            and model is not None
+            and smaller >= 1
+            and pool.waiting == 0
+            and pool.kv_usage * scale <= self.params.kv_target
+        ):
+            fits, reason = True, model
+        return self._shrink_or_hold(DECODE, pool, fits, reason, now_s)
 
     # --- shared ---
 
@@ -392,6 +350,23 @@ class SloPolicy:
     def _prefill_over(self, pool: PoolSignals, decode: PoolSignals) -> bool:
         budget = self.ttft_budget_s(decode)
         return pool.ttft_s is not None and pool.ttft_s > budget
+
+
+def _model_spares(
+    prefill: PoolSignals | None, decode: PoolSignals, split: Split | None
+) -> dict[str, str]:
+    """The pools the model spares one replica of, with why: it predicts the SLO met with
+    one fewer there (and the other pool as it is), the split it answered being within
+    that smaller one (one more replica in either pool never predicts less)."""
+    if prefill is None or split is None or not split.meets:
+        return {}
+    why = f"the model: {split.requests_per_s:.1f} req/s arriving need only {split.name}"
+    spared = {}
+    if prefill.replicas - 1 >= split.prefill and decode.replicas >= split.decode:
+        spared[PREFILL] = why
+    if decode.replicas - 1 >= split.decode and prefill.replicas >= split.prefill:
+        spared[DECODE] = why
+    return spared
 
 
 def _proportional(replicas: int, over: float) -> int:

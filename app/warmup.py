@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.kv_transport.fallback import Transport
-from app.orchestrator import PoolClient
+from app.pool_client import PoolClient
 from app.records import GenerateRequest, PrefillResult, Role, TokenChunk
 
 logger = logging.getLogger("splitserve.warmup")

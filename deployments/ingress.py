@@ -18,8 +18,9 @@ from app.kv_transport.fallback import nixl_installed, transfer_plan
 from app.kv_transport.transfer_metrics import RayTransferMetrics
 from app.model_source import resolve_model
 from app.openai_frontend import build_frontend
-from app.orchestrator import Orchestrator, RequestTimings
+from app.orchestrator import Orchestrator
 from app.request_metrics import RayRequestMetrics
+from app.request_timings import RequestTimings
 from deployments.cluster_env import missing_cluster_env
 from deployments.metrics_export import RayMetricsExport
 from deployments.pool_client import ServePoolClient

@@ -10,7 +10,7 @@ from typing import Any
 from app.errors import describe_failure
 from app.kv_transport.fallback import Transport
 from app.migration import LostCause, ReplicaLost
-from app.orchestrator import PoolBusy, PoolClient
+from app.pool_client import PoolBusy, PoolClient
 from app.records import GenerateRequest, KvRelease, PrefillResult, Started, TokenChunk
 
 logger = logging.getLogger("splitserve.pool_client")

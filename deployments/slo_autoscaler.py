@@ -41,7 +41,8 @@ from app.advice.frontend import FrontEndCost
 from app.advice.goodput import SLO
 from app.config import PlannerModelConfig, SloConfig
 from app.demand import Demand
-from app.slo_policy import DECODE, PREFILL, Decision, PolicyParams, PoolSignals, SloPolicy
+from app.slo_policy import SloPolicy
+from app.slo_signals import DECODE, PREFILL, Decision, PolicyParams, PoolSignals
 from app.split_model import PlannerSplitModel, ServingShape, Split, SplitModel
 
 logger = logging.getLogger("ray.serve")
@@ -178,7 +179,7 @@ class SloAutoscaler:
     ``slo`` is the application's ``slo:`` block (a YAML anchor keeps them one);
     ``model``, the planner's model to check decisions against
     (:class:`app.config.PlannerModelConfig`); the other arguments are
-    :class:`app.slo_policy.PolicyParams`' tuning fields.
+    :class:`app.slo_signals.PolicyParams`' tuning fields.
     """
 
     def __init__(

@@ -26,7 +26,8 @@ from app.http_api import OpenAIServer
 from app.kv_transport.fallback import Transport
 from app.model_source import resolve_model
 from app.openai_frontend import build_frontend
-from app.orchestrator import Orchestrator, PoolClient
+from app.orchestrator import Orchestrator
+from app.pool_client import PoolClient
 from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
 
 

@@ -45,7 +45,7 @@ from app.advice.simulator import (
 )
 from app.config import AdmissionConfig
 from app.demand import Demand, demand_figures
-from app.slo_policy import DECODE, PREFILL, Decision, PoolSignals
+from app.slo_signals import DECODE, PREFILL, Decision, PoolSignals
 from app.split_model import Split, SplitModel
 
 

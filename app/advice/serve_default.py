@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from app.slo_policy import DECODE, PREFILL, Decision, PoolSignals
+from app.slo_signals import DECODE, PREFILL, Decision, PoolSignals
 from app.split_model import Split
 
 

@@ -10,8 +10,10 @@ import pytest
 from app.config import Mode, TransportConfig
 from app.kv_transport.failure import FailureKind
 from app.kv_transport.fallback import Transport, transfer_plan
-from app.orchestrator import Orchestrator, PoolClient, RequestTimings
+from app.orchestrator import Orchestrator
+from app.pool_client import PoolClient
 from app.records import GenerateRequest, PrefillResult
+from app.request_timings import RequestTimings
 from deployments.pool_client import ServePoolClient
 from load_tests.stream_bench import sse_lines_sync
 from tests.integration.conftest import TEST_KV_LEASE_S

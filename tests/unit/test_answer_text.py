@@ -11,8 +11,10 @@ from vllm.v1.engine import EngineCoreRequest
 from app.answer_text import VllmAnswerText
 from app.config import MigrationConfig, Mode
 from app.migration import LostCause, ReplicaLost
-from app.orchestrator import Orchestrator, PoolClient, RequestTimings
+from app.orchestrator import Orchestrator
+from app.pool_client import PoolClient
 from app.records import GenerateRequest, Started, TokenChunk
+from app.request_timings import RequestTimings
 
 
 @pytest.fixture(scope="module")

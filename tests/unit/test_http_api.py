@@ -16,8 +16,10 @@ from app.engine_setup import frontend_config
 from app.http_api import OpenAIServer
 from app.model_source import resolve_model
 from app.openai_frontend import build_frontend
-from app.orchestrator import Orchestrator, PoolBusy, PoolClient, RequestTimings
+from app.orchestrator import Orchestrator
+from app.pool_client import PoolBusy, PoolClient
 from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
+from app.request_timings import RequestTimings
 
 
 class FakePool(PoolClient):

@@ -7,8 +7,10 @@ from vllm import SamplingParams
 
 from app.config import MigrationConfig, Mode
 from app.migration import LostCause, ReplicaLost, continuation
-from app.orchestrator import Orchestrator, PoolClient, RequestTimings
+from app.orchestrator import Orchestrator
+from app.pool_client import PoolClient
 from app.records import GenerateRequest, Started, TokenChunk
+from app.request_timings import RequestTimings
 
 PROMPT = [5, 6, 7, 8]
 

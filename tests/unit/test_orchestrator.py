@@ -6,8 +6,10 @@ import pytest
 from app.config import Mode, TransportConfig
 from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Transport
-from app.orchestrator import Orchestrator, PoolBusy, PoolClient, RequestTimings
+from app.orchestrator import Orchestrator
+from app.pool_client import PoolBusy, PoolClient
 from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
+from app.request_timings import RequestTimings
 
 NX, OS, RC = Transport.NIXL, Transport.OBJECT_STORE, Transport.RECOMPUTE
 CHAIN = (NX, OS, RC)

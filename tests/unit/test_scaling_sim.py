@@ -13,7 +13,8 @@ from app.advice.scaling_sim import ScalingConfig, ramp_requests, simulate_scalin
 from app.advice.serve_default import OngoingRequestsPolicy
 from app.advice.simulator import Topology, simulate
 from app.config import AdmissionConfig
-from app.slo_policy import DECODE, PolicyParams, PoolSignals, SloPolicy
+from app.slo_policy import SloPolicy
+from app.slo_signals import DECODE, PolicyParams, PoolSignals
 from app.split_model import PlannerSplitModel
 
 # Prefill: 20 ms + 0.1 ms per token; decode: 10 ms per step + 1 ms per sequence.

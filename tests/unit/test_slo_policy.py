@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from app.slo_policy import DECODE, PREFILL, PolicyParams, PoolSignals, SloPolicy
+from app.slo_policy import SloPolicy
+from app.slo_signals import DECODE, PREFILL, PolicyParams, PoolSignals
 from app.split_model import Split
 
 PARAMS = PolicyParams(
@@ -274,3 +275,49 @@ def test_measured_rules_still_grow_a_pool_the_model_undersizes():
     decode = pool(2, tpot_s=0.1, running=32)
     decisions = SloPolicy(PARAMS).decide(IDLE, decode, 0.0, split(1, 1))
     assert decisions[DECODE].replicas == 4 and "TPOT" in decisions[DECODE].reason
+
+
+def test_the_model_lets_a_pool_shrink_that_its_headroom_would_hold():
+    # Prefill at 2 replicas, 0.7 engine-s/s of prompts of 0.2 s: one replica would run
+    # at 70%, past the headroom rule's 0.7 * (1 - 0.2 / 1.0) = 56%, so the policy alone
+    # holds 2. The model says the arrivals need only 1P:1D.
+    steady = pool(2, requests_per_s=3.5, busy=0.7, ttft_s=0.3)
+    params = replace(PARAMS, model_shrinks=True)
+
+    def counts(model_split: Split | None, params: PolicyParams = params) -> list[int]:
+        policy, p_now, seen = SloPolicy(params), 2, []
+        for i in range(20):  # 100 s
+            prefill = PoolSignals(**{**steady.__dict__, "replicas": p_now})
+            decisions = policy.decide(prefill, IDLE, i * 5.0, model_split)
+            p_now = decisions[PREFILL].replicas
+            seen.append((p_now, decisions[PREFILL].reason))
+        return seen
+
+    alone = counts(None)
+    assert {c for c, _ in alone} == {2}
+    spared = counts(split(1, 1))
+    drop = next(i for i, (c, _) in enumerate(spared) if c == 1)
+    assert drop * 5 >= PARAMS.downscale_delay_s  # still after the downscale delay
+    assert spared[drop][1].startswith("the model: 40.0 req/s arriving need only 1P:1D")
+    # not where the model's split needs the replica, nor where it meets no target,
+    # nor with the option off
+    assert {c for c, _ in counts(split(2, 1))} == {2}
+    assert {c for c, _ in counts(split(1, 1, meets=False))} == {2}
+    off = replace(params, model_shrinks=False)
+    assert {c for c, _ in counts(split(1, 1), off)} == {2}
+
+
+def test_the_model_spares_no_decode_replica_the_kv_or_a_queue_needs():
+    params = replace(PARAMS, model_shrinks=True)
+    for busy_decode in (pool(2, kv_usage=0.6), pool(2, waiting=3, running=10)):
+        policy, d_now = SloPolicy(params), 2
+        for i in range(20):
+            decode = PoolSignals(**{**busy_decode.__dict__, "replicas": d_now})
+            d_now = policy.decide(IDLE, decode, i * 5.0, split(1, 1))[DECODE].replicas
+            assert d_now >= 2
+    # a calm pair the headroom holds (TPOT 30 ms at 2: 60 ms at 1) the model spares
+    policy, d_now = SloPolicy(params), 2
+    for i in range(20):
+        decode = PoolSignals(**{**pool(2, tpot_s=0.03, running=16).__dict__, "replicas": d_now})
+        d_now = policy.decide(IDLE, decode, i * 5.0, split(1, 1))[DECODE].replicas
+    assert d_now == 1
