@@ -66,12 +66,9 @@ class SloPolicy:
         """The replica count for each pool present (``prefill`` is None in colocated
         mode: the one pool then answers for TTFT as well). ``split``: what the model
         says the arriving load needs (disaggregated only; None: no model)."""
-        spares = _model_spares(prefill, decode, split) if self.params.model_shrinks else {}
-        decisions = {
-            DECODE: self._decode(decode, now_s, colocated=prefill is None, model=spares.get(DECODE))
-        }
+        decisions = {DECODE: self._decode(decode, now_s, colocated=prefill is None)}
         if prefill is not None:
-            decisions[PREFILL] = self._prefill(prefill, decode, now_s, spares.get(PREFILL))
+            decisions[PREFILL] = self._prefill(prefill, decode, now_s)
             if split is not None:
                 decisions = self._follow_model(decisions, prefill, decode, split, now_s)
             decisions = self._keep_ratio(decisions, prefill, decode)
@@ -112,10 +109,7 @@ class SloPolicy:
         utilization = min(self.params.max_utilization, 1 - self._service(pool) / budget_s)
         return math.ceil(demand / max(utilization, self.params.max_utilization / 2))
 
-    def _prefill(
-        self, pool: PoolSignals, decode: PoolSignals, now_s: float, model: str | None = None
-    ) -> Decision:
-        """``model``: why the model spares one replica of this pool (None: it does not)."""
+    def _prefill(self, pool: PoolSignals, decode: PoolSignals, now_s: float) -> Decision:
         budget = self.ttft_budget_s(decode)
         needed = self.prefill_needed(pool, budget)
         reasons = []
@@ -142,10 +136,9 @@ class SloPolicy:
             * min(self.params.max_utilization, 1 - self._service(pool) / budget)
         )
         calm = pool.ttft_s is None or pool.ttft_s <= self.params.headroom * budget
-        reason = f"{smaller} would meet the TTFT budget"
-        if not fits and model is not None and smaller >= 1:
-            fits, reason = True, model
-        return self._shrink_or_hold(PREFILL, pool, fits and calm, reason, now_s)
+        return self._shrink_or_hold(
+            PREFILL, pool, fits and calm, f"{smaller} would meet the TTFT budget", now_s
+        )
 
     @staticmethod
     def _service(pool: PoolSignals) -> float:
@@ -153,10 +146,7 @@ class SloPolicy:
 
     # --- decode ---
 
-    def _decode(
-        self, pool: PoolSignals, now_s: float, colocated: bool, model: str | None = None
-    ) -> Decision:
-        """``model``: why the model spares one replica of this pool (None: it does not)."""
+    def _decode(self, pool: PoolSignals, now_s: float, colocated: bool) -> Decision:
         target = self.params.tpot_s
         needed = pool.replicas
         reasons = []
@@ -192,17 +182,9 @@ class SloPolicy:
         )
         if pool.ttft_s is not None:
             fits = fits and pool.ttft_s * scale <= headroom * ttft_share
-        reason = f"{smaller} would meet the TPOT target"
-        # The model may spare a replica the headroom holds, not one the KV needs.
-        if (
-            not fits
-            and model is not None
-            and smaller >= 1
-            and pool.waiting == 0
-            and pool.kv_usage * scale <= self.params.kv_target
-        ):
-            fits, reason = True, model
-        return self._shrink_or_hold(DECODE, pool, fits, reason, now_s)
+        return self._shrink_or_hold(
+            DECODE, pool, fits, f"{smaller} would meet the TPOT target", now_s
+        )
 
     # --- shared ---
 
@@ -350,23 +332,6 @@ class SloPolicy:
     def _prefill_over(self, pool: PoolSignals, decode: PoolSignals) -> bool:
         budget = self.ttft_budget_s(decode)
         return pool.ttft_s is not None and pool.ttft_s > budget
-
-
-def _model_spares(
-    prefill: PoolSignals | None, decode: PoolSignals, split: Split | None
-) -> dict[str, str]:
-    """The pools the model spares one replica of, with why: it predicts the SLO met with
-    one fewer there (and the other pool as it is), the split it answered being within
-    that smaller one (one more replica in either pool never predicts less)."""
-    if prefill is None or split is None or not split.meets:
-        return {}
-    why = f"the model: {split.requests_per_s:.1f} req/s arriving need only {split.name}"
-    spared = {}
-    if prefill.replicas - 1 >= split.prefill and decode.replicas >= split.decode:
-        spared[PREFILL] = why
-    if decode.replicas - 1 >= split.decode and prefill.replicas >= split.prefill:
-        spared[DECODE] = why
-    return spared
 
 
 def _proportional(replicas: int, over: float) -> int:

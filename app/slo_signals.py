@@ -54,9 +54,6 @@ class PolicyParams:
     decode_busy: float = 0.5
     # The most replicas both pools may hold together (a cluster's size); None: no bound.
     max_total_replicas: int | None = None
-    # With a model: a pool may also shrink where the model predicts the SLO met with one
-    # replica fewer there, though the pool's own headroom rule would hold it.
-    model_shrinks: bool = True
 
 
 @dataclass(frozen=True)

@@ -187,16 +187,13 @@ def main() -> None:
     shape = ServingShape(
         kv["kv_bytes_per_token"], kv["link_gbps"], kv["local_prefill_below_tokens"]
     )
-    optimistic = scaled(profile, 1 / (1 + MODEL_ERROR))
-    models = {  # name: (the model's engine costs, whether it lets pools shrink)
-        "SLO policy + model": (profile, True),
-        "SLO policy + model, as a floor only": (profile, False),
-        f"SLO policy + model {MODEL_ERROR:.0%} optimistic": (optimistic, True),
-        f"SLO policy + model {MODEL_ERROR:.0%} optimistic, as a floor only": (optimistic, False),
+    models = {
+        "SLO policy + model": profile,
+        f"SLO policy + model {MODEL_ERROR:.0%} optimistic": scaled(profile, 1 / (1 + MODEL_ERROR)),
     }
-    for name, (model_profile, shrinks) in models.items():
+    for name, model_profile in models.items():
         model = PlannerSplitModel(model_profile, slo, slo_config.attainment, shape)
-        policy = SloAutoscaler(**{**kwargs, "model_shrinks": shrinks}).policy
+        policy = SloAutoscaler(**kwargs).policy
         run = simulate_scaling(requests, profile, Topology(1, 1, **kv), config, policy, model)
         rows.append({**replay(name, run, True), "splits": [(t, s.name) for t, s in run.splits]})
     result = {
