@@ -46,6 +46,7 @@ from app.advice.goodput import (
     add_slo_options,
     attainment,
     find_goodput,
+    misses,
     requests_at,
     slo_from_options,
 )
@@ -189,12 +190,23 @@ def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any
     row["mixed"]["pools"] = usage.result
     if args.goodput:
         slo, target = slo_from_options(args)
+        breakdown: list[dict[str, Any]] = []  # per rate tried: where requests missed
 
         def attained(rate: float) -> float:
             count = requests_at(rate, args.goodput_seconds, args.goodput_requests)
             sweep = mixed(random.Random(args.seed + 2), count)
             timings, failures, _ = asyncio.run(
                 run_at_rate(url, sweep, rate, args.seed, progress=args.progress)
+            )
+            short = [t for t in timings if t.prompt_tokens <= 128]
+            long = [t for t in timings if t.prompt_tokens > 128]
+            breakdown.append(
+                {
+                    "rate": rate,
+                    "failed": len(failures),
+                    "short": misses(short, slo),
+                    "long": misses(long, slo),
+                }
             )
             return attainment(timings, slo, failed=len(failures))
 
@@ -207,6 +219,7 @@ def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any
         )
         row["goodput_req_per_s"] = search.goodput
         row["goodput_tried"] = search.tried
+        row["goodput_breakdown"] = breakdown
     return row
 
 

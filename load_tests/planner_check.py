@@ -11,7 +11,10 @@ from the measured concurrency-1 TTFTs and its CPU per streamed token from the c=
 the goodput of the configs that were measured, on the same mix and SLO: splitserve
 disaggregated (1 prefill + 1 decode engine, prompts under 512 tokens prefilled on
 decode), the same with every prompt remote, and splitserve colocated (one engine).
-Prints and writes the comparison (docs/planner.md quotes it).
+Prints and writes the comparison (docs/planner.md quotes it). Where the compare run
+recorded where its requests missed at each rate tried (``goodput_breakdown``), it prints
+the model's misses at the same rates beside them: which target, and which requests
+(short prompts or long), the model gets wrong.
 
 With ``--frontend`` (a :mod:`load_tests.frontend_fit` result, from a run of its own), it
 also predicts with the front-end model: the serving path as a CPU server that every
@@ -30,8 +33,9 @@ from typing import Any
 
 from app.advice.engine_profile import EngineProfile, interpolate
 from app.advice.frontend import FrontEndCost
+from app.advice.goodput import SLO, misses, requests_at
 from app.advice.planner import goodput
-from app.advice.simulator import Topology
+from app.advice.simulator import Topology, poisson_arrivals, simulate
 from app.cli import DEFAULT_MIX, mix_lengths, parse_mix
 
 CORES = 2  # the machine's cores, engines and front end together
@@ -64,6 +68,47 @@ def overheads(
     # A remote prefill adds the decode engine's first step and the hops to both pools.
     extra = max(remote - engine_ttft - cpu - base - profile.decode_step_s(1) - remote_cpu, 0.0)
     return base, extra
+
+
+def by_rate(
+    profile: EngineProfile,
+    topology: Topology,
+    lengths: list[tuple[int, int]],
+    slo: SLO,
+    measured: list[dict[str, Any]],
+    seeds: int = 3,
+) -> list[dict[str, Any]]:
+    """At each rate the measured goodput search tried, where the model's requests miss
+    the SLO next to where the measured ones did (short prompts and long ones apart)."""
+    rows = []
+    for point in sorted(measured, key=lambda p: p["rate"]):
+        rate = point["rate"]
+        count = requests_at(rate, 60.0, len(lengths))
+        workload = [lengths[i % len(lengths)] for i in range(count)]
+        outcomes = [
+            (prompt, outcome)
+            for seed in range(seeds)
+            for (prompt, _), outcome in zip(
+                workload,
+                simulate(poisson_arrivals(rate, workload, seed), profile, topology),
+                strict=True,
+            )
+        ]
+        model = {
+            kind: misses([o for prompt, o in outcomes if (prompt <= 128) == short], slo)
+            for kind, short in (("short", True), ("long", False))
+        }
+        rows.append({"rate": rate, "measured": point, "model": model})
+        for kind in ("short", "long"):
+            got, want = model[kind], point[kind]
+            print(
+                f"  {rate:6.2f} req/s {kind:<5}"
+                f"  over TTFT {want['over_ttft']:.2f}/{got['over_ttft']:.2f}"
+                f"  over TPOT {want['over_tpot']:.2f}/{got['over_tpot']:.2f}"
+                f"  TTFT p90 {want['ttft_p90_ms']}/{got['ttft_p90_ms']} ms"
+                f"  TPOT p90 {want['tpot_p90_ms']}/{got['tpot_p90_ms']} ms  (measured/model)"
+            )
+    return rows
 
 
 def main() -> None:
@@ -123,6 +168,15 @@ def main() -> None:
                 "error": None if error is None else round(error, 3),
             }
             print(f"{'':<28} with the front end: {with_cpu:6.2f}  error {error}")
+        if rows[name].get("goodput_breakdown"):
+            chosen = replace(topology, frontend=cost, cores=CORES) if cost else topology
+            system["by_rate"] = by_rate(
+                modelled if cost else profile,
+                chosen,
+                lengths,
+                SLO(ttft_s, tpot_s),
+                rows[name]["goodput_breakdown"],
+            )
         result["systems"][name] = system
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))

@@ -71,6 +71,31 @@ def attainment(timings: Sequence[Timed], slo: SLO, failed: int = 0) -> float:
     return sum(1 for t in timings if slo.met_by(t)) / total
 
 
+def misses(timings: Sequence[Timed], slo: SLO) -> dict[str, float]:
+    """Where an attainment falls short: the share of ``timings`` over the TTFT target and
+    over the TPOT target (a request can be over both), with their p50 and p90 in ms."""
+    ttfts = sorted(t.ttft for t in timings)
+    tpots = sorted(t.tpot for t in timings if not math.isnan(t.tpot))
+
+    def at(values: list[float], q: float) -> float:
+        return (
+            round(values[min(int(q * len(values)), len(values) - 1)] * 1000, 2)
+            if values
+            else math.nan
+        )
+
+    count = max(len(ttfts), 1)
+    return {
+        "requests": len(ttfts),
+        "over_ttft": round(sum(1 for v in ttfts if v > slo.ttft_s) / count, 3),
+        "over_tpot": round(sum(1 for v in tpots if v > slo.tpot_s) / count, 3),
+        "ttft_p50_ms": at(ttfts, 0.5),
+        "ttft_p90_ms": at(ttfts, 0.9),
+        "tpot_p50_ms": at(tpots, 0.5),
+        "tpot_p90_ms": at(tpots, 0.9),
+    }
+
+
 def requests_at(rate: float, seconds: float, fewest: int) -> int:
     """Requests to send at ``rate`` for ``seconds`` of arrivals, at least ``fewest``.
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from app.advice.goodput import SLO, attainment, find_goodput, requests_at
+from app.advice.goodput import SLO, attainment, find_goodput, misses, requests_at
 from load_tests.stats import StreamTiming
 
 SLO_ = SLO(ttft_s=0.2, tpot_s=0.05)
@@ -24,6 +24,19 @@ def test_attainment_counts_failures_as_misses():
     assert attainment(timings, SLO_) == pytest.approx(0.8)
     assert attainment(timings, SLO_, failed=10) == pytest.approx(0.4)
     assert attainment([], SLO_) == 0.0
+
+
+def test_misses_say_which_target_each_request_missed():
+    timings = [_t(0.1, 0.01)] * 6 + [_t(0.3, 0.01)] * 2 + [_t(0.3, 0.06)] + [_t(0.1, 0.0, tokens=1)]
+    found = misses(timings, SLO_)
+    assert found["requests"] == 10
+    assert found["over_ttft"] == pytest.approx(0.3)  # the one over both counts in each
+    assert found["over_tpot"] == pytest.approx(0.1)  # a one-token answer has no TPOT
+    assert found["ttft_p50_ms"] == pytest.approx(100.0)
+    assert found["ttft_p90_ms"] == pytest.approx(300.0)
+    assert found["tpot_p90_ms"] == pytest.approx(60.0)
+    assert misses([], SLO_)["over_ttft"] == 0.0
+    assert math.isnan(misses([], SLO_)["ttft_p90_ms"])
 
 
 def _capacity_model(capacity):
