@@ -17,7 +17,10 @@ content chunks the clients saw:
 
 Then solves CPU = requests x ``request_s`` + remote x ``remote_request_s`` + chunks x
 ``chunk_s`` by least squares (:class:`app.advice.frontend.FrontEndCost`) and prints JSON
-with the run conditions and each workload's figures and residual.
+with the run conditions and each workload's figures and residual. It also fits the load
+generator's own CPU (this process: ``client_request_s``, ``client_chunk_s``): a check
+of the planner against load tests on the same machine must charge it too, since the
+clients share the cores there.
 """
 
 from __future__ import annotations
@@ -70,10 +73,10 @@ async def workload(
 ) -> dict[str, Any]:
     requests = fixed(random.Random(seed), count, input_len=prompt, output_len=output)
     before = front_end_cpu_s()
-    started = time.perf_counter()
+    started, client_before = time.perf_counter(), time.process_time()
     async with httpx.AsyncClient(timeout=300) as client:
         timings, failures = await closed_loop(client, url, None, requests, clients)
-    wall = time.perf_counter() - started
+    wall, client_cpu = time.perf_counter() - started, time.process_time() - client_before
     after = front_end_cpu_s()
     if failures:
         raise RuntimeError(f"{len(failures)} requests failed: {failures[:3]}")
@@ -85,6 +88,7 @@ async def workload(
         "wall_s": round(wall, 2),
         "cpu_s": {g: round(after[g] - before[g], 3) for g in FRONT_END},
         "cpu_s_total": sum(after[g] - before[g] for g in FRONT_END),
+        "client_cpu_s": round(client_cpu, 3),
     }
 
 
@@ -95,6 +99,15 @@ def fit(rows: list[dict[str, Any]]) -> tuple[np.ndarray, list[float]]:
     costs, *_ = np.linalg.lstsq(a, b, rcond=None)
     costs = np.clip(costs, 0.0, None)
     return costs, [float(x) for x in b - a @ costs]
+
+
+def fit_client(rows: list[dict[str, Any]]) -> np.ndarray:
+    """The load generator's own (request_s, chunk_s): what a check on this machine's
+    cores must add, as its clients share them (a user's clients run elsewhere)."""
+    a = np.array([[r["requests"], r["chunks"]] for r in rows], dtype=float)
+    costs, *_ = np.linalg.lstsq(a, np.array([r["client_cpu_s"] for r in rows]), rcond=None)
+    clipped: np.ndarray = np.clip(costs, 0.0, None)
+    return clipped
 
 
 def main() -> None:
@@ -113,6 +126,7 @@ def main() -> None:
                 raise RuntimeError(f"{name}: {row['remote']} of {row['requests']} went remote")
             rows.append({"workload": name, **row})
     costs, residuals = fit(rows)
+    client = fit_client(rows)
     result = {
         "conditions": {**vars(args), "machine": machine()},
         "workloads": [
@@ -121,6 +135,8 @@ def main() -> None:
         "request_s": round(float(costs[0]), 6),
         "remote_request_s": round(float(costs[1]), 6),
         "chunk_s": round(float(costs[2]), 6),
+        "client_request_s": round(float(client[0]), 6),
+        "client_chunk_s": round(float(client[1]), 6),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,9 +35,14 @@ class FrontEndCost:
     # max_interval_s.
     messages_per_s: float = 200.0
     max_interval_s: float = 0.05
+    # The load generator's CPU, where its clients run on the same cores (a check against
+    # local load tests); 0 for a user's deployment, whose clients run elsewhere.
+    client_request_s: float = 0.0
+    client_chunk_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if min(self.request_s, self.remote_request_s, self.chunk_s) < 0:
+        costs = (self.request_s, self.remote_request_s, self.chunk_s)
+        if min(*costs, self.client_request_s, self.client_chunk_s) < 0:
             raise ValueError("front-end costs cannot be negative")
 
     def chunk_interval_s(self, streams: int) -> float:
@@ -60,6 +65,19 @@ class FrontEndCost:
             chunk_s=float(fitted["chunk_s"]),
             messages_per_s=decode.stream_messages_per_s,
             max_interval_s=decode.stream_interval_ms / 1000,
+            client_request_s=float(fitted.get("client_request_s", 0.0)),
+            client_chunk_s=float(fitted.get("client_chunk_s", 0.0)),
+        )
+
+    def with_client(self) -> FrontEndCost:
+        """These costs with the load generator's added in: the one CPU server a check on
+        the load tests' own machine should model (their clients share its cores)."""
+        return replace(
+            self,
+            request_s=self.request_s + self.client_request_s,
+            chunk_s=self.chunk_s + self.client_chunk_s,
+            client_request_s=0.0,
+            client_chunk_s=0.0,
         )
 
 
