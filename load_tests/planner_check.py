@@ -133,6 +133,7 @@ def main() -> None:
         "overhead_ms": round(profile.overhead_s * 1000, 2),
         "disaggregated_overhead_ms": round(profile.disaggregated_overhead_s * 1000, 2),
         "systems": {},
+        "measured_conditions": conditions,
     }
     fitted = FrontEndCost.from_fit(args.frontend) if args.frontend else None
     # The load tests' clients ran on the same two cores: their CPU is charged too.
