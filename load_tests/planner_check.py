@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.advice.engine_profile import EngineProfile, interpolate
+from app.advice.engine_profile import EngineProfile, interpolate, spread_from_quantiles
 from app.advice.frontend import FrontEndCost
 from app.advice.goodput import SLO, misses, requests_at
 from app.advice.planner import goodput
@@ -55,12 +56,21 @@ def token_overhead(profile: EngineProfile, row: dict[str, Any]) -> float:
     return max(tpot - engine_step, 0.0) / 16
 
 
+def spread(rows: dict[str, Any]) -> float:
+    """The path's per-request spread (an exponential tail's mean) from the colocated
+    c=1 TTFT's p50 and p95."""
+    ttft = rows["splitserve colocated"]["c1"]["ttft_ms"]
+    return spread_from_quantiles(ttft["p50"] / 1000, ttft["p95"] / 1000)[1]
+
+
 def overheads(
     profile: EngineProfile, rows: dict[str, Any], cost: FrontEndCost | None = None
 ) -> tuple[float, float]:
-    """(colocated, extra disaggregated) path overhead from the c=1 TTFT medians; with a
-    front-end model, less the CPU it charges a lone request itself."""
+    """(colocated, extra disaggregated) path overhead from the c=1 TTFT medians (less
+    the median of the profile's spread); with a front-end model, less the CPU it charges
+    a lone request itself."""
     engine_ttft = profile.prefill_s(128) + profile.decode_step_s(1)
+    engine_ttft += profile.overhead_spread_s * math.log(2)
     colocated = rows["splitserve colocated"]["c1"]["ttft_ms"]["p50"] / 1000
     remote = rows["splitserve disaggregated, every prompt remote"]["c1"]["ttft_ms"]["p50"] / 1000
     cpu = cost.request_s + cost.chunk_s if cost else 0.0
@@ -119,11 +129,20 @@ def main() -> None:
     parser.add_argument("--mix", default=DEFAULT_MIX)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--frontend", help="a load_tests.frontend_fit result")
+    parser.add_argument(
+        "--spread",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="draw each request's path overhead from a tail fitted to the c=1 TTFT's "
+        "p50 and p95 (--no-spread: its median, a constant)",
+    )
     parser.add_argument("--out", default="load_tests/results/planner_check.json")
     args = parser.parse_args()
     profile = EngineProfile.load(args.profile)
     compare = json.loads(Path(args.compare).read_text())
     rows, conditions = compare["rows"], compare["conditions"]
+    if args.spread:
+        profile.overhead_spread_s = spread(rows)
     profile.overhead_s, profile.disaggregated_overhead_s = overheads(profile, rows)
     lengths = mix_lengths(parse_mix(args.mix), args.requests, seed=0)
     ttft_s, tpot_s = conditions["slo_ttft_ms"] / 1000, conditions["slo_tpot_ms"] / 1000
@@ -131,6 +150,7 @@ def main() -> None:
         "slo_ms": [conditions["slo_ttft_ms"], conditions["slo_tpot_ms"]],
         "mix": args.mix,
         "overhead_ms": round(profile.overhead_s * 1000, 2),
+        "overhead_spread_ms": round(profile.overhead_spread_s * 1000, 2),
         "disaggregated_overhead_ms": round(profile.disaggregated_overhead_s * 1000, 2),
         "systems": {},
         "measured_conditions": conditions,

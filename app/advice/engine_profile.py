@@ -8,6 +8,9 @@ plus the serving path's fixed cost per request (``overhead_s``: HTTP, routing; a
 bare engine profile cannot see; take them from a load test at concurrency 1. Where the
 serving path shares the engines' cores, its CPU per streamed token (``token_overhead_s``)
 lengthens every decode step by batch x that cost; take it from TPOT at concurrency 16.
+The path's time varies from request to request: ``overhead_spread_s`` is the mean of an
+exponential tail added to each request's overhead (0: a constant), fitted from the
+concurrency-1 TTFT's p50 and p95 (:func:`spread_from_quantiles`).
 ``splitserve profile`` measures the curves (:mod:`app.advice.profiler`); the simulator
 reads them from JSON.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,13 @@ def interpolate(points: list[tuple[float, float]], x: float) -> float:
     return max(value, 0.0)
 
 
+def spread_from_quantiles(p50_s: float, p95_s: float) -> tuple[float, float]:
+    """(shift, mean) of a shifted exponential with this p50 and p95: an exponential's
+    quantile q lies at mean x ln(1 / (1 - q)), so p95 - p50 = mean x ln 10."""
+    mean = max(p95_s - p50_s, 0.0) / math.log(10)
+    return p50_s - mean * math.log(2), mean
+
+
 @dataclass
 class EngineProfile:
     prefill: list[tuple[float, float]]  # (prompt tokens in the step, seconds)
@@ -43,6 +54,7 @@ class EngineProfile:
     overhead_s: float = 0.0  # serving path per request, outside the engine (colocated)
     disaggregated_overhead_s: float = 0.0  # extra per disaggregated request (hops, pull)
     token_overhead_s: float = 0.0  # serving path per streamed token, added to decode steps
+    overhead_spread_s: float = 0.0  # mean of an exponential tail on each request's overhead
     conditions: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -74,5 +86,6 @@ class EngineProfile:
             overhead_s=float(data.get("overhead_s", 0.0)),
             disaggregated_overhead_s=float(data.get("disaggregated_overhead_s", 0.0)),
             token_overhead_s=float(data.get("token_overhead_s", 0.0)),
+            overhead_spread_s=float(data.get("overhead_spread_s", 0.0)),
             conditions=dict(data.get("conditions", {})),
         )

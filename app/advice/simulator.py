@@ -20,7 +20,8 @@ takes ``decode_step_s(batch) + prefill_s(prefill tokens)``, and a prompt whose p
 completes gets its first token at the end of that step.
 
 TTFT adds the profile's per-request ``overhead_s`` (and ``disaggregated_overhead_s``
-for a request the prefill pool served). The model is deliberately simple
+for a request the prefill pool served), with an exponential tail of mean
+``overhead_spread_s`` drawn for each request. The model is deliberately simple
 (no preemption, no prefix cache, one link); tests hold it to closed-form queues first.
 
 With ``Topology.frontend`` (:mod:`app.advice.frontend`), the serving path's CPU is one
@@ -318,8 +319,11 @@ def simulate(
 def outcomes(states: list[_State], profile: EngineProfile) -> list[SimOutcome]:
     """Each simulated request's TTFT (the serving path's overheads added) and TPOT."""
     found = []
+    spread = random.Random(0)  # the same tail for every topology compared
     for state in states:
         overhead = profile.overhead_s + (profile.disaggregated_overhead_s if state.remote else 0)
+        if profile.overhead_spread_s > 0:
+            overhead += spread.expovariate(1 / profile.overhead_spread_s)
         ttft = state.first_token - state.request.arrival + overhead
         out = state.request.output_tokens
         tpot = (state.finished - state.first_token) / (out - 1) if out > 1 else math.nan

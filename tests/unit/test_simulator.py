@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from app.advice.engine_profile import EngineProfile, interpolate
+from app.advice.engine_profile import EngineProfile, interpolate, spread_from_quantiles
 from app.advice.frontend import FrontEndCost
 from app.advice.planner import candidates, goodput, plan
 from app.advice.simulator import SimRequest, Topology, poisson_arrivals, simulate
@@ -52,6 +52,22 @@ def test_no_queueing_when_arrivals_are_spaced():
     for o in outcomes:
         assert o.ttft == pytest.approx(S + 0.0005 + 0.002 + 0.003)
         assert math.isnan(o.tpot)
+
+
+def test_a_spread_overhead_keeps_the_c1_median_and_p95_it_was_fitted_from():
+    p50, p95 = 0.033, 0.057  # a measured c=1 TTFT, seconds
+    shift, mean = spread_from_quantiles(p50, p95)
+    assert mean == pytest.approx(0.024 / math.log(10))
+    profile = flat(prefill_s=shift, step_s=TINY)
+    profile.overhead_spread_s = mean
+    requests = [SimRequest(t * 1.0, 128, 1) for t in range(4000)]  # spaced: no queueing
+    ttfts = sorted(o.ttft for o in simulate(requests, profile, Topology(0, 1)))
+    assert ttfts[2000] == pytest.approx(p50, rel=0.03)
+    assert ttfts[3800] == pytest.approx(p95, rel=0.03)
+    assert min(ttfts) >= shift
+    # No spread: every request costs the same.
+    profile.overhead_spread_s = 0.0
+    assert len({round(o.ttft, 12) for o in simulate(requests, profile, Topology(0, 1))}) == 1
 
 
 def test_decode_batch_tpot_is_the_step_time():
