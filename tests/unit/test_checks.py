@@ -1,4 +1,4 @@
-"""Each of the seed's five checks on both sides of its threshold, and the summary."""
+"""Each of the advisor's five checks (app/advice/checks.py) on both sides of its threshold, and the summary."""
 
 import pytest
 

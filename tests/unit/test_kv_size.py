@@ -1,4 +1,4 @@
-"""The KV calculator against the seed's worked numbers and known model shapes."""
+"""The KV calculator against worked numbers (a 70B GQA model's 327,680 B/token) and known model shapes."""
 
 import json
 
@@ -14,7 +14,7 @@ from app.advice.kv_size import (
 from tests.unit.model_configs import DEEPSEEK_V3, LLAMA_70B
 
 
-def test_seed_70b_gqa_numbers():
+def test_70b_gqa_worked_numbers():
     shape = shape_from_config(LLAMA_70B)
     assert shape.bytes_per_token() == 327_680
     nbytes = shape.bytes_per_request(4096)
