@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import psutil
 
+from app.host import cpu_model
 from load_tests.local_app import LocalApp
-from load_tests.run_conditions import cpu_model
 from load_tests.stats import summarize
 from load_tests.stream_bench import closed_loop, one_request
 from load_tests.workloads import fixed

@@ -19,6 +19,7 @@ from typing import Any
 
 from app.advice.engine_profile import EngineProfile
 from app.config import AppConfig
+from app.host import cpu_model
 from app.model_source import resolve_model
 
 PROMPT_LENGTHS = (16, 64, 128, 256, 512, 1024, 1536)
@@ -94,7 +95,7 @@ def measure(
             "model": model.source,
             "cpu_binding": pool.cpu_binding,
             "host": platform.node(),
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": cpu_model(),
             "cpus": os.cpu_count(),
             "vllm": vllm_version,
             "repeats": repeats,
