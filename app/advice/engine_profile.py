@@ -72,6 +72,16 @@ class EngineProfile:
             return 0.0
         return interpolate(self.decode, batch) + batch * self.token_overhead_s
 
+    def step_s(self, batch: int, prefill_tokens: float) -> float:
+        """One engine step that decodes ``batch`` sequences and prefills
+        ``prefill_tokens``: each curve's point holds the step's fixed cost (the weights
+        read, the launch), which a step that does both pays once, so the lesser of a
+        one-sequence step and the prefill is counted once, not twice."""
+        decode, prefill = self.decode_step_s(batch), self.prefill_s(prefill_tokens)
+        if decode and prefill:
+            return decode + prefill - min(interpolate(self.decode, 1), prefill)
+        return decode + prefill
+
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(asdict(self), indent=2))

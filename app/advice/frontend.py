@@ -5,7 +5,8 @@ the ingress, the replica that hosts each engine. Where they run on the engines' 
 (no core is left for them), their CPU time is taken from the engines. The simulator
 (:mod:`app.advice.simulator`) models them as one FIFO server that each request visits on
 arrival and each chunk on its way out, sharing ``Topology.cores`` with the engines the
-way Linux's fair scheduler shares a core: every runnable process gets an equal share.
+way Linux's fair scheduler shares a core: every runnable process gets an equal share,
+re-divided whenever one starts or stops (:class:`SharedCores`).
 
 The costs come from a run other than the one predicted
 (:mod:`load_tests.frontend_fit`): the front-end processes' CPU seconds over workloads
@@ -14,6 +15,7 @@ that differ in requests, chunks and remote prefills, solved for the three costs.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import deque
 from collections.abc import Callable
@@ -85,21 +87,64 @@ class FrontEndCost:
 
 
 class SharedCores:
-    """The cores engines and the front end share: a step or job started while more of
-    them are busy than there are cores takes longer by busy / cores."""
+    """The cores engines and the front end's stages share, as processor sharing: while
+    ``n`` jobs run on ``cores`` (n > cores), each advances at cores / n of real time, and
+    every start or end re-divides the cores among those left (Linux's fair scheduler,
+    at a granularity finer than any step). ``cores`` = 0: every job runs at full speed."""
 
-    def __init__(self, cores: int) -> None:
-        self.cores = cores
-        self.engines_busy = 0
-        self.frontend_busy = False
+    def __init__(self, clock: _Clock, cores: int) -> None:
+        self.clock, self.cores = clock, cores
+        self.jobs: dict[int, _Job] = {}
+        self.ids = itertools.count()
+        self.updated = 0.0  # when the jobs' work left was last brought up to date
 
-    def engine(self, busy: bool) -> None:
-        self.engines_busy += 1 if busy else -1
+    def rate(self, jobs: int | None = None) -> float:
+        """How fast each job advances (seconds of work per second) with ``jobs`` running."""
+        jobs = len(self.jobs) if jobs is None else jobs
+        return 1.0 if not self.cores or jobs <= self.cores else self.cores / jobs
 
-    def stretch(self) -> float:
+    def run(self, work_s: float, done: Callable[[], None]) -> float:
+        """Start ``work_s`` of CPU; ``done`` is called when it is through. Returns the
+        seconds it would take at the share it starts with."""
         if not self.cores:
-            return 1.0
-        return max(1.0, (self.engines_busy + int(self.frontend_busy)) / self.cores)
+            self.clock.at(self.clock.now + work_s, done)
+            return work_s
+        self._advance()
+        self.jobs[next(self.ids)] = _Job(work_s, done)
+        self._reschedule()
+        return work_s / self.rate()
+
+    def _advance(self) -> None:
+        elapsed = (self.clock.now - self.updated) * self.rate()
+        for job in self.jobs.values():
+            job.left_s = max(job.left_s - elapsed, 0.0)
+        self.updated = self.clock.now
+
+    def _reschedule(self) -> None:
+        """Each job's end at the share it now has (the events set before go stale)."""
+        rate = self.rate()
+        for key, job in self.jobs.items():
+            job.generation += 1
+            self.clock.at(self.clock.now + job.left_s / rate, self._ender(key, job.generation))
+
+    def _ender(self, key: int, generation: int) -> Callable[[], None]:
+        def end() -> None:
+            job = self.jobs.get(key)
+            if job is None or job.generation != generation:
+                return  # rescheduled since
+            self._advance()
+            del self.jobs[key]
+            self._reschedule()
+            job.done()
+
+        return end
+
+
+@dataclass(eq=False)
+class _Job:
+    left_s: float  # CPU seconds of work left
+    done: Callable[[], None]
+    generation: int = 0  # bumped at each reschedule: only the newest end event counts
 
 
 class FrontEndServer:
@@ -108,28 +153,27 @@ class FrontEndServer:
     def __init__(self, clock: _Clock, cost: FrontEndCost | None, cpu: SharedCores) -> None:
         self.clock, self.cost, self.cpu = clock, cost, cpu
         self.queue: deque[tuple[float, Callable[[], None]]] = deque()
+        self.busy = False
 
     def visit(self, work_s: float, then: Callable[[], None]) -> None:
         if self.cost is None:
             then()
             return
         self.queue.append((work_s, then))
-        if not self.cpu.frontend_busy:
+        if not self.busy:
             self._next()
 
     def _next(self) -> None:
+        self.busy = bool(self.queue)
         if not self.queue:
-            self.cpu.frontend_busy = False
             return
-        self.cpu.frontend_busy = True
         work_s, then = self.queue.popleft()
-        seconds = work_s * self.cpu.stretch()
 
         def done() -> None:
             then()
             self._next()
 
-        self.clock.at(self.clock.now + seconds, done)
+        self.cpu.run(work_s, done)
 
 
 class Streams:

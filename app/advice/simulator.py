@@ -16,8 +16,8 @@ disaggregation).
 Colocated (``prefill_replicas == 0``): each replica mixes both in one step, as vLLM's
 chunked prefill does: running requests decode one token each, and waiting prompts fill
 the rest of the ``max_batch_tokens`` budget (a long prompt spans several steps); the step
-takes ``decode_step_s(batch) + prefill_s(prefill tokens)``, and a prompt whose prefill
-completes gets its first token at the end of that step.
+takes ``step_s(batch, prefill tokens)`` (both curves' sum, the step's fixed cost counted
+once), and a prompt whose prefill completes gets its first token at the end of that step.
 
 TTFT adds the profile's per-request ``overhead_s`` (and ``disaggregated_overhead_s``
 for a request the prefill pool served), with an exponential tail of mean
@@ -28,10 +28,11 @@ With ``Topology.frontend`` (:mod:`app.advice.frontend`), the serving path's CPU 
 more server: a FIFO that each request visits on arrival (before it reaches a pool) and
 each streamed chunk on its way to the client (the first token counts when its chunk is
 through; a stream's tokens are batched into chunks as the decode replica does). With
-``Topology.cores`` (> 0) the engines and that server share so many cores: while more of
-them are busy than there are cores, each step or job started takes longer in proportion
-(processor sharing, as Linux's fair scheduler does). ``cores`` = 0: each engine has a
-core of its own and the front end runs beside them.
+``Topology.cores`` (> 0) the engines and that server share so many cores: while more
+steps and jobs run than there are cores, each advances at cores / running of real time,
+re-divided whenever one starts or ends (processor sharing, as Linux's fair scheduler
+does). ``cores`` = 0: each engine has a core of its own and the front end runs beside
+them.
 """
 
 from __future__ import annotations
@@ -132,12 +133,13 @@ class _DecodeReplica:
         stream: Streams | None = None,
     ) -> None:
         self.clock, self.profile, self.topology = clock, profile, topology
-        self.cpu = cpu or SharedCores(0)
+        self.cpu = cpu or SharedCores(clock, 0)
         self.stream = stream or Streams(clock, FrontEndServer(clock, None, self.cpu))
         self.waiting: deque[_State] = deque()
         self.running: list[_State] = []
         self.busy = False
-        self.busy_s = 0.0  # seconds spent stepping, steps counted as they start
+        self.busy_s = 0.0  # seconds spent stepping, steps counted as they start (at the
+        # share of the cores they start with)
 
     @property
     def load(self) -> int:
@@ -160,21 +162,15 @@ class _DecodeReplica:
             prefilling.append((state, take))
             self.waiting.popleft()
         if not self.running and not prefilling:
-            if self.busy:
-                self.cpu.engine(busy=False)
             self.busy = False
             return
-        if not self.busy:
-            self.cpu.engine(busy=True)
         self.busy = True
         prefill_tokens = sum(take for _, take in prefilling)
         # Requests whose KV arrived from a prefill pool decode in this step as well.
         batch = len(self.running) + sum(1 for _, take in prefilling if take == 0)
-        seconds = self.profile.decode_step_s(batch) + self.profile.prefill_s(prefill_tokens)
-        seconds *= self.cpu.stretch()
-        self.busy_s += seconds
+        seconds = self.profile.step_s(batch, prefill_tokens)
         decoding = list(self.running)
-        self.clock.at(self.clock.now + seconds, lambda: self._end(decoding, prefilling))
+        self.busy_s += self.cpu.run(seconds, lambda: self._end(decoding, prefilling))
 
     def _end(self, decoding: list[_State], prefilling: list[tuple[_State, int]]) -> None:
         for state in decoding:
@@ -214,7 +210,7 @@ class _PrefillReplica:
         cpu: SharedCores | None = None,
     ) -> None:
         self.clock, self.profile, self.topology, self.done = clock, profile, topology, done
-        self.cpu = cpu or SharedCores(0)
+        self.cpu = cpu or SharedCores(clock, 0)
         self.queue: deque[_State] = deque()
         self.queued_tokens = 0
         self.busy = False
@@ -229,8 +225,6 @@ class _PrefillReplica:
 
     def _start(self) -> None:
         if not self.queue:
-            if self.busy:
-                self.cpu.engine(busy=False)
             self.busy = False
             return
         batch = [self.queue.popleft()]
@@ -242,12 +236,8 @@ class _PrefillReplica:
             tokens += batch[-1].request.prompt_tokens
         self.queued_tokens -= tokens
         self.in_batch = len(batch)
-        if not self.busy:
-            self.cpu.engine(busy=True)
         self.busy = True
-        seconds = self.profile.prefill_s(tokens) * self.cpu.stretch()
-        self.busy_s += seconds
-        self.clock.at(self.clock.now + seconds, lambda: self._end(batch))
+        self.busy_s += self.cpu.run(self.profile.prefill_s(tokens), lambda: self._end(batch))
 
     def _end(self, batch: list[_State]) -> None:
         self.in_batch = 0
@@ -279,7 +269,7 @@ def simulate(
 ) -> list[SimOutcome]:
     """TTFT and TPOT of every request, in the order given."""
     clock = _Clock()
-    cpu = SharedCores(topology.cores)
+    cpu = SharedCores(clock, topology.cores)
     frontend = FrontEndServer(clock, topology.frontend, cpu)
     stream = Streams(clock, frontend)
     decoders = [

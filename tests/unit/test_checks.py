@@ -1,4 +1,5 @@
-"""Each of the advisor's five checks (app/advice/checks.py) on both sides of its threshold, and the summary."""
+"""Each of the advisor's five checks (app/advice/checks.py) on both sides of its
+threshold, and the summary."""
 
 import pytest
 

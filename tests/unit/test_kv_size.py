@@ -1,4 +1,5 @@
-"""The KV calculator against worked numbers (a 70B GQA model's 327,680 B/token) and known model shapes."""
+"""The KV calculator against worked numbers (a 70B GQA model's 327,680 B/token) and
+known model shapes."""
 
 import json
 

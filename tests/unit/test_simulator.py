@@ -2,6 +2,7 @@
 
 import math
 import statistics
+from collections.abc import Callable
 
 import pytest
 
@@ -175,3 +176,68 @@ def test_tokens_are_batched_into_chunks_as_the_replica_streams_them():
     assert FrontEndCost(0.0, 0.0, 0.001, messages_per_s=0).chunk_interval_s(40) == 0.0
     with pytest.raises(ValueError):
         FrontEndCost(-1.0, 0.0, 0.0)
+
+
+def _shared(cores, starts):
+    """Run jobs of (start time, CPU seconds) on ``cores``; each one's end time."""
+    from app.advice.frontend import SharedCores
+    from app.advice.simulator import _Clock
+
+    clock = _Clock()
+    cpu = SharedCores(clock, cores)
+    ends: dict[int, float] = {}
+
+    def start(n: int, work: float) -> Callable[[], None]:
+        def end() -> None:
+            ends[n] = clock.now
+
+        def go() -> None:
+            cpu.run(work, end)
+
+        return go
+
+    for n, (at, work) in enumerate(starts):
+        clock.at(at, start(n, work))
+    clock.run()
+    return [ends[n] for n in range(len(starts))]
+
+
+def test_shared_cores_are_redivided_whenever_a_job_starts_or_ends():
+    # Two 1 s jobs together on one core: each at half speed, both through at 2 s.
+    assert _shared(1, [(0.0, 1.0), (0.0, 1.0)]) == pytest.approx([2.0, 2.0])
+    # One joins halfway: the first has 0.5 s left, done at half speed by 1.5 s; the
+    # second did 0.5 s by then and ends alone at 2 s. (A share fixed when a job starts
+    # would end the first at 1 s and the second at 2.5 s.)
+    assert _shared(1, [(0.0, 1.0), (0.5, 1.0)]) == pytest.approx([1.5, 2.0])
+    # As many cores as jobs, or no sharing (0): full speed.
+    assert _shared(2, [(0.0, 1.0), (0.0, 1.0)]) == pytest.approx([1.0, 1.0])
+    assert _shared(0, [(0.0, 1.0), (0.0, 1.0), (0.0, 1.0)]) == pytest.approx([1.0] * 3)
+    # Three jobs on two cores: each at 2/3 speed.
+    assert _shared(2, [(0.0, 1.0)] * 3) == pytest.approx([1.5] * 3)
+
+
+def test_a_step_that_decodes_and_prefills_pays_the_fixed_cost_once():
+    profile = EngineProfile(prefill=[(16, 0.004), (1024, 0.020)], decode=[(1, 0.002), (32, 0.004)])
+    assert profile.step_s(0, 512) == pytest.approx(profile.prefill_s(512))
+    assert profile.step_s(8, 0) == pytest.approx(profile.decode_step_s(8))
+    # Both: the sum less one one-sequence step (the weights are read once).
+    both = profile.decode_step_s(8) + profile.prefill_s(512) - 0.002
+    assert profile.step_s(8, 512) == pytest.approx(both)
+    # A prefill cheaper than a one-sequence step hides within it.
+    tiny = EngineProfile(prefill=[(1, 0.001), (100, 0.001)], decode=[(1, 0.002), (32, 0.004)])
+    assert tiny.step_s(8, 50) == pytest.approx(tiny.decode_step_s(8))
+
+
+def test_colocated_a_prompt_joining_a_stream_costs_the_stream_only_its_prefill():
+    """A stream decoding at 2 ms a step; a 512-token prompt arrives mid-stream and is
+    prefilled in one mixed step: that step takes decode + prefill - one decode step."""
+    profile = EngineProfile(prefill=[(16, 0.004), (1024, 0.020)], decode=[(1, 0.002), (32, 0.002)])
+    requests = [SimRequest(0.0, 16, 40), SimRequest(0.0301, 512, 1)]
+    stream, prompt = simulate(requests, profile, Topology(0, 1, max_batch_tokens=2048))
+    first = profile.prefill_s(16)
+    steps_before = math.ceil((0.0301 - first) / 0.002)
+    arrival_step_end = first + steps_before * 0.002
+    assert prompt.ttft == pytest.approx(arrival_step_end - 0.0301 + profile.prefill_s(512))
+    # The stream's 39 gaps: 38 plain steps and the one mixed step.
+    expected = (38 * 0.002 + profile.prefill_s(512)) / 39
+    assert stream.tpot == pytest.approx(expected)
