@@ -3,21 +3,25 @@
     scripts/loopback-netns .venv/bin/python -m load_tests.frontend_fit \
         [--config serve_configs/default.yaml] [--out load_tests/results/frontend_fit.json]
 
-Starts the app, then runs three closed-loop workloads (``--clients`` clients) and reads
+Starts the app, then runs five closed-loop workloads (``--clients`` clients) and reads
 the CPU seconds of the front-end processes (Serve's proxy, the ingress, the Prefill and
 Decode replicas; not the engines) around each, with the requests, remote prefills and
-content chunks the clients saw:
+content chunks the clients saw and the steps the engines took (vLLM's
+``vllm:iteration_tokens_total`` count, one a step, from the app's ``/metrics``):
 
 1. 128-token prompts (prefilled on decode, under ``router.local_prefill_below_tokens``),
    2 output tokens: mostly the per-request cost;
 2. the same prompts, 128 output tokens: chunks;
 3. 600-token prompts (prefilled remotely), 2 output tokens: the prefill hop;
-4. the same, 128 output tokens (four workloads, three costs: the residuals say how
-   well the model fits).
+4. the same, 128 output tokens;
+5. workload 2 with twice the clients: about as many chunks in half the steps (a step
+   serves twice the streams), which sets the per-step cost apart from the per-chunk one
+   (five workloads, four costs: the residuals say how well the model fits).
 
 Then solves CPU = requests x ``request_s`` + remote x ``remote_request_s`` + chunks x
-``chunk_s`` by least squares (:class:`app.advice.frontend.FrontEndCost`) and prints JSON
-with the run conditions and each workload's figures and residual. It also fits the load
+``chunk_s`` + steps x ``step_s`` by least squares
+(:class:`app.advice.frontend.FrontEndCost`) and prints JSON with the run conditions and
+each workload's figures and residual. It also fits the load
 generator's own CPU (this process: ``client_request_s``, ``client_chunk_s``): a check
 of the planner against load tests on the same machine must charge it too, since the
 clients share the cores there.
@@ -38,19 +42,23 @@ import numpy as np
 import psutil
 
 from load_tests.local_app import LocalApp
+from load_tests.pool_usage import by_pool
 from load_tests.process_usage import app_processes, group_of
 from load_tests.run_conditions import machine
 from load_tests.stream_bench import closed_loop
 from load_tests.workloads import fixed
 
 FRONT_END = ("Serve proxy", "Ingress replica", "Prefill replica", "Decode replica")
-# (name, prompt tokens, output tokens, prefilled remotely)
+# (name, prompt tokens, output tokens, prefilled remotely, clients x --clients)
 WORKLOADS = (
-    ("local, 2 out", 128, 2, False),
-    ("local, 128 out", 128, 128, False),
-    ("remote, 2 out", 600, 2, True),
-    ("remote, 128 out", 600, 128, True),  # a fourth, to see how well three costs fit
+    ("local, 2 out", 128, 2, False, 1),
+    ("local, 128 out", 128, 128, False, 1),
+    ("remote, 2 out", 600, 2, True, 1),
+    ("remote, 128 out", 600, 128, True, 1),
+    ("local, 128 out, twice the clients", 128, 128, False, 2),  # steps apart from chunks
 )
+STEPS = "vllm:iteration_tokens_total_count"  # one observation per engine step
+EXPORT_LAG_S = 2.5  # Ray exports metrics every second here (LocalApp below)
 
 
 def front_end_cpu_s() -> dict[str, float]:
@@ -68,16 +76,28 @@ def front_end_cpu_s() -> dict[str, float]:
     return used
 
 
+def engine_steps(url: str) -> float:
+    """Steps every engine of the app has taken so far (all pools)."""
+    found = by_pool(url, STEPS)
+    if not found:
+        raise RuntimeError(f"{url}/metrics has no {STEPS}: cannot count engine steps")
+    return sum(total for total, _ in found.values())
+
+
 async def workload(
     url: str, prompt: int, output: int, count: int, clients: int, seed: int
 ) -> dict[str, Any]:
     requests = fixed(random.Random(seed), count, input_len=prompt, output_len=output)
+    await asyncio.sleep(EXPORT_LAG_S)  # the previous workload's steps exported
+    steps_before = engine_steps(url)
     before = front_end_cpu_s()
     started, client_before = time.perf_counter(), time.process_time()
     async with httpx.AsyncClient(timeout=300) as client:
         timings, failures = await closed_loop(client, url, None, requests, clients)
     wall, client_cpu = time.perf_counter() - started, time.process_time() - client_before
     after = front_end_cpu_s()
+    await asyncio.sleep(EXPORT_LAG_S)
+    steps = engine_steps(url) - steps_before
     if failures:
         raise RuntimeError(f"{len(failures)} requests failed: {failures[:3]}")
     remote = sum(1 for t in timings if (t.server or {}).get("disaggregated"))
@@ -85,6 +105,7 @@ async def workload(
         "requests": len(timings),
         "remote": remote,
         "chunks": sum(len(t.chunk_gaps) + 1 for t in timings),
+        "steps": round(steps),
         "wall_s": round(wall, 2),
         "cpu_s": {g: round(after[g] - before[g], 3) for g in FRONT_END},
         "cpu_s_total": sum(after[g] - before[g] for g in FRONT_END),
@@ -93,8 +114,9 @@ async def workload(
 
 
 def fit(rows: list[dict[str, Any]]) -> tuple[np.ndarray, list[float]]:
-    """(request_s, remote_request_s, chunk_s) by least squares, and each row's residual."""
-    a = np.array([[r["requests"], r["remote"], r["chunks"]] for r in rows], dtype=float)
+    """(request_s, remote_request_s, chunk_s, step_s) by least squares, and each row's
+    residual."""
+    a = np.array([[r["requests"], r["remote"], r["chunks"], r["steps"]] for r in rows], dtype=float)
     b = np.array([r["cpu_s_total"] for r in rows])
     costs, *_ = np.linalg.lstsq(a, b, rcond=None)
     costs = np.clip(costs, 0.0, None)
@@ -118,10 +140,11 @@ def main() -> None:
     parser.add_argument("--out", default="load_tests/results/frontend_fit.json")
     args = parser.parse_args()
     rows = []
-    with LocalApp(args.config) as app:
+    with LocalApp(args.config, metrics_report_interval_ms=1000) as app:
         asyncio.run(workload(app.url, 128, 4, 8, 1, seed=99))  # warm the path
-        for n, (name, prompt, output, remote) in enumerate(WORKLOADS):
-            row = asyncio.run(workload(app.url, prompt, output, args.requests, args.clients, n))
+        for n, (name, prompt, output, remote, times) in enumerate(WORKLOADS):
+            clients = args.clients * times
+            row = asyncio.run(workload(app.url, prompt, output, args.requests, clients, n))
             if remote != (row["remote"] == row["requests"]):
                 raise RuntimeError(f"{name}: {row['remote']} of {row['requests']} went remote")
             rows.append({"workload": name, **row})
@@ -135,6 +158,7 @@ def main() -> None:
         "request_s": round(float(costs[0]), 6),
         "remote_request_s": round(float(costs[1]), 6),
         "chunk_s": round(float(costs[2]), 6),
+        "step_s": round(float(costs[3]), 6),
         "client_request_s": round(float(client[0]), 6),
         "client_chunk_s": round(float(client[1]), 6),
     }

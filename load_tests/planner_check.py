@@ -73,8 +73,10 @@ def overheads(
     engine_ttft += profile.overhead_spread_s * math.log(2)
     colocated = rows["splitserve colocated"]["c1"]["ttft_ms"]["p50"] / 1000
     remote = rows["splitserve disaggregated, every prompt remote"]["c1"]["ttft_ms"]["p50"] / 1000
-    cpu = cost.request_s + cost.chunk_s if cost else 0.0
-    remote_cpu = cost.remote_request_s if cost else 0.0
+    # A lone request's first token: one step (its prefill) and one chunk; a remote one
+    # adds the prefill hop and the prefill engine's step.
+    cpu = cost.request_s + cost.step_s + cost.chunk_s if cost else 0.0
+    remote_cpu = cost.remote_request_s + cost.step_s if cost else 0.0
     base = max(colocated - engine_ttft - cpu, 0.0)
     # A remote prefill adds the decode engine's first step and the hops to both pools.
     extra = max(remote - engine_ttft - cpu - base - profile.decode_step_s(1) - remote_cpu, 0.0)
@@ -165,6 +167,7 @@ def main() -> None:
             "request_ms": round(fitted.request_s * 1000, 3),
             "remote_request_ms": round(fitted.remote_request_s * 1000, 3),
             "chunk_ms": round(fitted.chunk_s * 1000, 3),
+            "step_ms": round(fitted.step_s * 1000, 3),
             "client_request_ms": round(fitted.client_request_s * 1000, 3),
             "client_chunk_ms": round(fitted.client_chunk_s * 1000, 3),
             "overhead_ms": round(modelled.overhead_s * 1000, 2),

@@ -77,23 +77,29 @@ def _engine_cpu() -> dict[str, tuple[float, int]]:
     return found
 
 
-def busy_by_pool(base_url: str) -> dict[str, tuple[float, int]] | None:
-    """Pool -> (busy seconds so far, replicas) from the app's ``/metrics``; None if it has none."""
+def by_pool(base_url: str, sample: str) -> dict[str, tuple[float, int]] | None:
+    """Pool -> (``sample`` summed over replicas, replicas) from the app's ``/metrics``;
+    None if it has no such series."""
     try:
         response = httpx.get(f"{base_url}/metrics", timeout=10)
     except httpx.HTTPError:
         return None
-    if response.status_code != 200 or BUSY not in response.text:
+    if response.status_code != 200 or sample not in response.text:
         return None
-    seconds: dict[str, float] = defaultdict(float)
+    total: dict[str, float] = defaultdict(float)
     replicas: dict[str, set[str]] = defaultdict(set)
     for family in text_string_to_metric_families(response.text):
-        for sample in family.samples:
-            if sample.name == BUSY:
-                pool = sample.labels.get("pool", "")
-                seconds[pool] += sample.value
-                replicas[pool].add(sample.labels.get("replica", ""))
-    return {pool: (seconds[pool], len(replicas[pool])) for pool in seconds}
+        for found in family.samples:
+            if found.name == sample:
+                pool = found.labels.get("pool", "")
+                total[pool] += found.value
+                replicas[pool].add(found.labels.get("replica", ""))
+    return {pool: (total[pool], len(replicas[pool])) for pool in total}
+
+
+def busy_by_pool(base_url: str) -> dict[str, tuple[float, int]] | None:
+    """Pool -> (busy seconds so far, replicas) from the app's ``/metrics``; None if it has none."""
+    return by_pool(base_url, BUSY)
 
 
 class PoolUsage:

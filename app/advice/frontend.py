@@ -1,16 +1,18 @@
 """What the serving path's front end costs in CPU, for the simulator to charge.
 
-Every request and every streamed chunk passes through Python processes: Serve's proxy,
+Every request, engine step and streamed chunk passes through Python processes: Serve's proxy,
 the ingress, the replica that hosts each engine. Where they run on the engines' cores
 (no core is left for them), their CPU time is taken from the engines. The simulator
 (:mod:`app.advice.simulator`) models them as one FIFO server that each request visits on
-arrival and each chunk on its way out, sharing ``Topology.cores`` with the engines the
-way Linux's fair scheduler shares a core: every runnable process gets an equal share,
-re-divided whenever one starts or stops (:class:`SharedCores`).
+arrival, each engine step as it ends, and each chunk on its way out, sharing
+``Topology.cores`` with the engines the way Linux's fair scheduler shares a core: every
+runnable process gets an equal share, re-divided whenever one starts or stops
+(:class:`SharedCores`).
 
 The costs come from a run other than the one predicted
 (:mod:`load_tests.frontend_fit`): the front-end processes' CPU seconds over workloads
-that differ in requests, chunks and remote prefills, solved for the three costs.
+that differ in requests, remote prefills, chunks and engine steps, solved for the four
+costs.
 """
 
 from __future__ import annotations
@@ -41,9 +43,13 @@ class FrontEndCost:
     # local load tests); 0 for a user's deployment, whose clients run elsewhere.
     client_request_s: float = 0.0
     client_chunk_s: float = 0.0
+    # CPU per engine step in the replica that hosts the engine (vLLM's output processing
+    # runs once a step for every request in it): beside a step's share of chunks, where
+    # a per-chunk cost alone charged a busy replica as if its streams were handled apart.
+    step_s: float = 0.0
 
     def __post_init__(self) -> None:
-        costs = (self.request_s, self.remote_request_s, self.chunk_s)
+        costs = (self.request_s, self.remote_request_s, self.chunk_s, self.step_s)
         if min(*costs, self.client_request_s, self.client_chunk_s) < 0:
             raise ValueError("front-end costs cannot be negative")
 
@@ -69,6 +75,7 @@ class FrontEndCost:
             max_interval_s=decode.stream_interval_ms / 1000,
             client_request_s=float(fitted.get("client_request_s", 0.0)),
             client_chunk_s=float(fitted.get("client_chunk_s", 0.0)),
+            step_s=float(fitted.get("step_s", 0.0)),  # fits before 2026-12-03 have none
         )
 
     def with_client(self) -> FrontEndCost:
@@ -162,6 +169,11 @@ class FrontEndServer:
         self.queue.append((work_s, then))
         if not self.busy:
             self._next()
+
+    def step(self) -> None:
+        """An engine step ended: its output processing takes the server's time."""
+        if self.cost is not None and self.cost.step_s > 0:
+            self.visit(self.cost.step_s, lambda: None)
 
     def _next(self) -> None:
         self.busy = bool(self.queue)

@@ -25,8 +25,9 @@ for a request the prefill pool served), with an exponential tail of mean
 (no preemption, no prefix cache, one link); tests hold it to closed-form queues first.
 
 With ``Topology.frontend`` (:mod:`app.advice.frontend`), the serving path's CPU is one
-more server: a FIFO that each request visits on arrival (before it reaches a pool) and
-each streamed chunk on its way to the client (the first token counts when its chunk is
+more server: a FIFO that each request visits on arrival (before it reaches a pool), each
+engine step as it ends (the replica's output processing; nothing waits on it) and each
+streamed chunk on its way to the client (the first token counts when its chunk is
 through; a stream's tokens are batched into chunks as the decode replica does). With
 ``Topology.cores`` (> 0) the engines and that server share so many cores: while more
 steps and jobs run than there are cores, each advances at cores / running of real time,
@@ -173,6 +174,7 @@ class _DecodeReplica:
         self.busy_s += self.cpu.run(seconds, lambda: self._end(decoding, prefilling))
 
     def _end(self, decoding: list[_State], prefilling: list[tuple[_State, int]]) -> None:
+        self.stream.frontend.step()
         for state in decoding:
             state.tokens_out += 1
         for state, take in prefilling:
@@ -208,9 +210,11 @@ class _PrefillReplica:
         topology: Topology,
         done: Callable[[_State], None],
         cpu: SharedCores | None = None,
+        frontend: FrontEndServer | None = None,
     ) -> None:
         self.clock, self.profile, self.topology, self.done = clock, profile, topology, done
         self.cpu = cpu or SharedCores(clock, 0)
+        self.frontend = frontend or FrontEndServer(clock, None, self.cpu)
         self.queue: deque[_State] = deque()
         self.queued_tokens = 0
         self.busy = False
@@ -240,6 +244,7 @@ class _PrefillReplica:
         self.busy_s += self.cpu.run(self.profile.prefill_s(tokens), lambda: self._end(batch))
 
     def _end(self, batch: list[_State]) -> None:
+        self.frontend.step()
         self.in_batch = 0
         for state in batch:
             state.prefill_left = 0
@@ -282,7 +287,7 @@ def simulate(
 
     link = _Link(clock, topology)
     prefillers = [
-        _PrefillReplica(clock, profile, topology, lambda s: link.send(s, to_decode), cpu)
+        _PrefillReplica(clock, profile, topology, lambda s: link.send(s, to_decode), cpu, frontend)
         for _ in range(topology.prefill_replicas)
     ]
     states = [_State(r, r.prompt_tokens) for r in requests]

@@ -1,29 +1,58 @@
 """Fitting the front end's CPU costs from workloads that differ in requests, remote
-prefills and chunks."""
+prefills, chunks and engine steps."""
 
 import pytest
 
 from app.advice.frontend import FrontEndCost
 from load_tests.frontend_fit import fit, fit_client
 
-
-def _row(requests, remote, chunks, costs=(0.004, 0.006, 0.0005), noise=0.0):
-    cpu = requests * costs[0] + remote * costs[1] + chunks * costs[2] + noise
-    return {"requests": requests, "remote": remote, "chunks": chunks, "cpu_s_total": cpu}
+COSTS = (0.004, 0.006, 0.0005, 0.0007)  # request, remote, chunk, step
 
 
-def test_the_three_costs_are_recovered_and_the_fourth_workload_checks_them():
-    rows = [_row(200, 0, 400), _row(200, 0, 6000), _row(200, 200, 400), _row(200, 200, 6000)]
-    costs, residuals = fit(rows)
-    assert costs == pytest.approx([0.004, 0.006, 0.0005])
-    assert residuals == pytest.approx([0.0] * 4, abs=1e-9)
-    # A workload the three costs do not explain shows in the residuals.
-    costs, residuals = fit([*rows[:3], _row(200, 200, 6000, noise=0.8)])
+def _row(requests, remote, chunks, steps, costs=COSTS, noise=0.0):
+    counts = (requests, remote, chunks, steps)
+    cpu = sum(n * c for n, c in zip(counts, costs, strict=True)) + noise
+    return {
+        "requests": requests,
+        "remote": remote,
+        "chunks": chunks,
+        "steps": steps,
+        "cpu_s_total": cpu,
+    }
+
+
+# As the five workloads go: twice the clients, about as many chunks in half the steps.
+ROWS = [
+    _row(200, 0, 350, 150),
+    _row(200, 0, 2500, 3800),
+    _row(200, 200, 320, 320),
+    _row(200, 200, 3700, 4000),
+    _row(200, 0, 2300, 1900),
+]
+
+
+def test_the_four_costs_are_recovered_and_the_fifth_workload_checks_them():
+    costs, residuals = fit(ROWS)
+    assert costs == pytest.approx(COSTS)
+    assert residuals == pytest.approx([0.0] * 5, abs=1e-9)
+    # A workload the four costs do not explain shows in the residuals.
+    costs, residuals = fit([*ROWS[:4], _row(200, 0, 2300, 1900, noise=0.8)])
     assert max(abs(r) for r in residuals) > 0.1
 
 
+def test_a_per_step_cost_is_not_taken_for_a_per_chunk_one():
+    """A replica whose CPU goes by steps: with half the steps for as many chunks, the
+    fit puts it on steps, not chunks."""
+    steps_only = (0.004, 0.006, 0.0, 0.001)
+    rows = [
+        _row(r["requests"], r["remote"], r["chunks"], r["steps"], costs=steps_only) for r in ROWS
+    ]
+    costs, _ = fit(rows)
+    assert costs == pytest.approx(steps_only, abs=1e-9)
+
+
 def test_costs_are_never_negative():
-    rows = [_row(100, 0, 100, costs=(0.01, 0.0, 0.0), noise=-0.5), _row(100, 100, 100)]
+    rows = [_row(100, 0, 100, 100, costs=(0.01, 0.0, 0.0, 0.0), noise=-0.5), ROWS[2]]
     costs, _ = fit(rows)
     assert min(costs) >= 0
 

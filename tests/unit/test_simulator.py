@@ -154,6 +154,20 @@ def test_the_front_end_is_a_server_each_request_and_chunk_visits():
     assert outcome.ttft == pytest.approx(0.002 + S + 0.001)
 
 
+def test_each_engine_step_takes_the_front_ends_time():
+    """The replica processes each step's outputs: a first token's chunk waits behind its
+    step's processing (colocated: the prefill step; remote: both pools' steps)."""
+    cost = FrontEndCost(0.0, 0.0, chunk_s=0.001, messages_per_s=0, step_s=0.002)
+    (local,) = simulate([SimRequest(0.0, 100, 1)], flat(), Topology(0, 1, frontend=cost))
+    assert local.ttft == pytest.approx(S + 0.002 + 0.001)
+    step = 0.004
+    (remote,) = simulate(
+        [SimRequest(0.0, 100, 1)], flat(step_s=step), Topology(1, 1, frontend=cost)
+    )
+    # The prefill step's processing runs while decode steps; decode's waits behind it.
+    assert remote.ttft == pytest.approx(S + step + 0.002 + 0.001)
+
+
 def test_on_shared_cores_the_front_end_slows_the_engines():
     """Colocated, one engine, one core: while the front end works, each gets half."""
     cost = FrontEndCost(request_s=0.0, remote_request_s=0.0, chunk_s=0.002, messages_per_s=0)
