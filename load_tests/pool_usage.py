@@ -84,11 +84,19 @@ def by_pool(base_url: str, sample: str) -> dict[str, tuple[float, int]] | None:
         response = httpx.get(f"{base_url}/metrics", timeout=10)
     except httpx.HTTPError:
         return None
-    if response.status_code != 200 or sample not in response.text:
+    if response.status_code != 200:
+        return None
+    return sum_by_pool(response.text, sample)
+
+
+def sum_by_pool(page: str, sample: str) -> dict[str, tuple[float, int]] | None:
+    """Pool -> (``sample`` summed over replicas, replicas) in a Prometheus text ``page``;
+    None if it has no such series."""
+    if sample not in page:
         return None
     total: dict[str, float] = defaultdict(float)
     replicas: dict[str, set[str]] = defaultdict(set)
-    for family in text_string_to_metric_families(response.text):
+    for family in text_string_to_metric_families(page):
         for found in family.samples:
             if found.name == sample:
                 pool = found.labels.get("pool", "")
