@@ -21,10 +21,9 @@ content chunks the clients saw and the steps the engines took (vLLM's
 Then solves CPU = requests x ``request_s`` + remote x ``remote_request_s`` + chunks x
 ``chunk_s`` + steps x ``step_s`` by least squares
 (:class:`app.advice.frontend.FrontEndCost`) and prints JSON with the run conditions and
-each workload's figures and residual. It also fits the load
-generator's own CPU (this process: ``client_request_s``, ``client_chunk_s``): a check
-of the planner against load tests on the same machine must charge it too, since the
-clients share the cores there.
+each workload's figures and residual. It also fits the load generator's own CPU (this
+process: ``client_request_s``, ``client_chunk_s``): a check of the planner against load
+tests on the same machine must charge it too, since the clients share the cores there.
 """
 
 from __future__ import annotations

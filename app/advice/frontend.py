@@ -1,8 +1,8 @@
 """What the serving path's front end costs in CPU, for the simulator to charge.
 
-Every request, engine step and streamed chunk passes through Python processes: Serve's proxy,
-the ingress, the replica that hosts each engine. Where they run on the engines' cores
-(no core is left for them), their CPU time is taken from the engines. The simulator
+Every request, engine step and streamed chunk passes through Python processes: Serve's
+proxy, the ingress, the replica that hosts each engine. Where they run on the engines'
+cores (no core is left for them), their CPU time is taken from the engines. The simulator
 (:mod:`app.advice.simulator`) models them as one FIFO server that each request visits on
 arrival, each engine step as it ends, and each chunk on its way out, sharing
 ``Topology.cores`` with the engines the way Linux's fair scheduler shares a core: every
@@ -94,10 +94,11 @@ class FrontEndCost:
 
 
 class SharedCores:
-    """The cores engines and the front end's stages share, as processor sharing: while
-    ``n`` jobs run on ``cores`` (n > cores), each advances at cores / n of real time, and
-    every start or end re-divides the cores among those left (Linux's fair scheduler,
-    at a granularity finer than any step). ``cores`` = 0: every job runs at full speed."""
+    """The cores the engines and the front end share, as processor sharing: while ``n``
+    jobs (engine steps, front-end work) run on ``cores`` (n > cores), each advances at
+    cores / n of real time, and every start or end re-divides the cores among those left
+    (Linux's fair scheduler, at a granularity finer than any step). ``cores`` = 0: every
+    job runs at full speed."""
 
     def __init__(self, clock: _Clock, cores: int) -> None:
         self.clock, self.cores = clock, cores
@@ -105,10 +106,10 @@ class SharedCores:
         self.ids = itertools.count()
         self.updated = 0.0  # when the jobs' work left was last brought up to date
 
-    def rate(self, jobs: int | None = None) -> float:
-        """How fast each job advances (seconds of work per second) with ``jobs`` running."""
-        jobs = len(self.jobs) if jobs is None else jobs
-        return 1.0 if not self.cores or jobs <= self.cores else self.cores / jobs
+    def rate(self) -> float:
+        """How fast each running job advances now (seconds of work per second)."""
+        running = len(self.jobs)
+        return 1.0 if not self.cores or running <= self.cores else self.cores / running
 
     def run(self, work_s: float, done: Callable[[], None]) -> float:
         """Start ``work_s`` of CPU; ``done`` is called when it is through. Returns the
