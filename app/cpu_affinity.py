@@ -1,7 +1,8 @@
 """Pinning a whole process (every thread it has now, and those it starts later) to cores.
 
 Used for the ingress replica (`ingress.cpu_affinity`): on a machine with cores to spare,
-the HTTP front end can be kept off the engines' cores. Linux only.
+the HTTP front end can be kept off the engines' cores; and for the engines a replica
+starts (a pool's `cpu_binding`, :mod:`app.engine`). Linux only.
 """
 
 from __future__ import annotations
@@ -23,22 +24,55 @@ def parse_cores(spec: str) -> set[int]:
     return cores
 
 
-def pin_process(spec: str, field: str) -> set[int]:
-    """Bind every thread of this process to the cores in ``spec``; returns them.
-
-    Threads started afterwards inherit the binding from the thread that starts them.
-    Only cores this process may run on count (its own allowed set, which containers and
-    cgroups narrow). Raises ValueError naming ``field`` when none of the cores is allowed,
-    and OSError when a live thread cannot be bound: nothing is reported bound that is not.
-    """
+def allowed_cores(spec: str, field: str) -> set[int]:
+    """The cores of ``spec`` this process may run on (its allowed set, which containers and
+    cgroups narrow); ValueError naming ``field`` when there is none."""
     wanted = parse_cores(spec)
     allowed = os.sched_getaffinity(0)
     cores = wanted & allowed
     if not cores:
         raise ValueError(f"{field}={spec!r}: this process may run on cores {sorted(allowed)}")
-    for thread in os.listdir("/proc/self/task"):
+    return cores
+
+
+def bind_threads(pid: int | str, cores: set[int]) -> None:
+    """Bind every live thread of process ``pid`` (``"self"``: this one) to ``cores``.
+
+    Threads started afterwards inherit the binding from the thread that starts them.
+    Raises OSError when a live thread cannot be bound; a thread or process that ended
+    meanwhile is skipped.
+    """
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:  # the process ended
+        return
+    for thread in threads:
         try:
             os.sched_setaffinity(int(thread), cores)
         except ProcessLookupError:  # a thread that ended meanwhile
             continue
+
+
+def pin_process(spec: str, field: str) -> set[int]:
+    """Bind every thread of this process to the cores in ``spec``; returns them.
+
+    Only cores this process may run on count. Raises ValueError naming ``field`` when none
+    of the cores is allowed, and OSError when a live thread cannot be bound: nothing is
+    reported bound that is not.
+    """
+    cores = allowed_cores(spec, field)
+    bind_threads("self", cores)
     return cores
+
+
+def pin_children(spec: str, field: str) -> dict[int, set[int]]:
+    """Bind every thread of every process this one started (at any depth) to ``spec``'s
+    cores; returns PID -> cores. Errors as :func:`pin_process`."""
+    import psutil
+
+    cores = allowed_cores(spec, field)
+    bound: dict[int, set[int]] = {}
+    for child in psutil.Process().children(recursive=True):
+        bind_threads(child.pid, cores)
+        bound[child.pid] = cores
+    return bound

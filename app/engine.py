@@ -21,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from app.config import AppConfig
+from app.cpu_affinity import CORE_LIST, pin_children
 from app.engine_metrics import BusyClock, pool_stat_logger
 from app.engine_setup import engine_arguments, engine_environment, side_channel_host
 from app.kv_transport import lease_release, object_store
@@ -56,6 +58,22 @@ _STAT_PREFIXES = (
     "vllm:kv_cache_usage_perc",
     "vllm:request_success",
 )
+
+
+def bind_engine(cpu_binding: str | None, pool: str) -> None:
+    """Bind every thread of the engine processes this replica started to ``cpu_binding``.
+
+    vLLM applies ``VLLM_CPU_OMP_THREADS_BIND`` only in the worker processes of its ``mp``
+    executor. With ``uni`` nothing binds the engine, and on a CPU platform vLLM's NIXL
+    connector moves the model's thread to the last core of each NUMA node, so every
+    prefill and decode engine on a host computes on the same core. Bound here, once the
+    engine runs, each engine computes on its own cores. ``None``, ``all`` and ``nobind``
+    leave vLLM's choice.
+    """
+    if cpu_binding is None or not re.fullmatch(CORE_LIST, cpu_binding):
+        return
+    bound = pin_children(cpu_binding, f"{pool}.cpu_binding")
+    logger.info("engine processes %s bound to cores %s", sorted(bound), cpu_binding)
 
 
 class EngineServer:
@@ -116,6 +134,7 @@ class EngineServer:
             vllm_config,
             stat_loggers=[pool_stat_logger(role.value, busy, application), PrometheusStatLogger],
         )
+        bind_engine(pool.cpu_binding, "prefill" if role is Role.PREFILL else "decode")
         return cls(
             engine,
             role,

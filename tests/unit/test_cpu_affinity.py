@@ -63,3 +63,48 @@ def test_cores_this_process_may_not_use_are_refused_naming_the_field():
     result = _probe("4096")
     assert result.returncode != 0
     assert "ingress.cpu_affinity='4096': this process may run on cores" in result.stderr
+
+
+CHILDREN_PROBE = """
+import json, os, subprocess, sys
+from app.cpu_affinity import pin_children
+code = (
+    "import threading, time; "
+    "threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); "
+    "print(1, flush=True); time.sleep(30)"
+)
+child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+child.stdout.readline()  # its second thread runs
+bound = pin_children({spec!r}, "prefill.cpu_binding")
+tasks = os.listdir(f"/proc/{{child.pid}}/task")
+print(json.dumps({{
+    "bound": {{str(pid): sorted(cores) for pid, cores in bound.items()}},
+    "child": child.pid,
+    "child_threads": [sorted(os.sched_getaffinity(int(t))) for t in tasks],
+    "self": sorted(os.sched_getaffinity(0)),
+}}))
+child.kill()
+"""
+
+
+def test_children_are_bound_and_this_process_is_not():
+    core = max(os.sched_getaffinity(0))
+    result = subprocess.run(
+        [sys.executable, "-c", CHILDREN_PROBE.format(spec=str(core))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["bound"] == {str(shown["child"]): [core]}
+    assert len(shown["child_threads"]) == 2
+    assert all(threads == [core] for threads in shown["child_threads"]), shown
+    assert shown["self"] == sorted(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("binding", [None, "all", "nobind"])
+def test_vllms_own_choices_bind_nothing(binding):
+    from app.engine import bind_engine
+
+    bind_engine(binding, "decode")  # "all" / "nobind" are not core lists: parsing them raises
