@@ -1,7 +1,8 @@
 """Fit the front end's CPU costs, from a run of their own, for the planner's front-end model.
 
     scripts/loopback-netns .venv/bin/python -m load_tests.frontend_fit \
-        [--config serve_configs/default.yaml] [--out load_tests/results/frontend_fit.json]
+        [--config serve_configs/default.yaml] [--rounds 3] \
+        [--out load_tests/results/frontend_fit.json]
 
 Starts the app, then runs five closed-loop workloads (``--clients`` clients) and reads
 the CPU seconds of the front-end processes (Serve's proxy, the ingress, the Prefill and
@@ -21,9 +22,13 @@ content chunks the clients saw and the steps the engines took (vLLM's
 Then solves CPU = requests x ``request_s`` + remote x ``remote_request_s`` + chunks x
 ``chunk_s`` + steps x ``step_s`` by least squares
 (:class:`app.advice.frontend.FrontEndCost`) and prints JSON with the run conditions and
-each workload's figures and residual. It also fits the load generator's own CPU (this
-process: ``client_request_s``, ``client_chunk_s``): a check of the planner against load
-tests on the same machine must charge it too, since the clients share the cores there.
+each workload's figures and residual. With ``--rounds N`` the five workloads run N times
+(new prompts each round) and are fitted together; each round's own fit is reported
+beside it (``by_round``): on a shared 2-vCPU machine two single-round fits 20 minutes
+apart differed by 12-20%, enough to move a prediction by as much. It also fits the load
+generator's own CPU (this process: ``client_request_s``, ``client_chunk_s``): a check of
+the planner against load tests on the same machine must charge it too, since the clients
+share the cores there.
 """
 
 from __future__ import annotations
@@ -131,29 +136,9 @@ def fit_client(rows: list[dict[str, Any]]) -> np.ndarray:
     return clipped
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="serve_configs/default.yaml")
-    parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--out", default="load_tests/results/frontend_fit.json")
-    args = parser.parse_args()
-    rows = []
-    with LocalApp(args.config, metrics_report_interval_ms=1000) as app:
-        asyncio.run(workload(app.url, 128, 4, 8, 1, seed=99))  # warm the path
-        for n, (name, prompt, output, remote, times) in enumerate(WORKLOADS):
-            clients = args.clients * times
-            row = asyncio.run(workload(app.url, prompt, output, args.requests, clients, n))
-            if remote != (row["remote"] == row["requests"]):
-                raise RuntimeError(f"{name}: {row['remote']} of {row['requests']} went remote")
-            rows.append({"workload": name, **row})
-    costs, residuals = fit(rows)
-    client = fit_client(rows)
-    result = {
-        "conditions": {**vars(args), "machine": machine()},
-        "workloads": [
-            {**r, "residual_s": round(e, 3)} for r, e in zip(rows, residuals, strict=True)
-        ],
+def named(costs: np.ndarray, client: np.ndarray) -> dict[str, float]:
+    """The fitted costs under the names :meth:`FrontEndCost.from_fit` reads."""
+    return {
         "request_s": round(float(costs[0]), 6),
         "remote_request_s": round(float(costs[1]), 6),
         "chunk_s": round(float(costs[2]), 6),
@@ -161,6 +146,55 @@ def main() -> None:
         "client_request_s": round(float(client[0]), 6),
         "client_chunk_s": round(float(client[1]), 6),
     }
+
+
+def by_round(rows: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """Each round's workloads fitted on their own: how far one round's fit can be trusted."""
+    rounds = sorted({r["round"] for r in rows})
+    fits = []
+    for number in rounds:
+        own = [r for r in rows if r["round"] == number]
+        fits.append(named(fit(own)[0], fit_client(own)))
+    return fits
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="serve_configs/default.yaml")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the five workloads this many times (new prompts each round) and fit "
+        "them together; each round's own fit is reported too, to show the spread",
+    )
+    parser.add_argument("--out", default="load_tests/results/frontend_fit.json")
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, not {args.rounds}")
+    rows = []
+    with LocalApp(args.config, metrics_report_interval_ms=1000) as app:
+        asyncio.run(workload(app.url, 128, 4, 8, 1, seed=99))  # warm the path
+        for number in range(args.rounds):
+            for n, (name, prompt, output, remote, times) in enumerate(WORKLOADS):
+                clients = args.clients * times
+                seed = number * len(WORKLOADS) + n
+                row = asyncio.run(workload(app.url, prompt, output, args.requests, clients, seed))
+                if remote != (row["remote"] == row["requests"]):
+                    raise RuntimeError(f"{name}: {row['remote']} of {row['requests']} went remote")
+                rows.append({"workload": name, "round": number, **row})
+    costs, residuals = fit(rows)
+    result: dict[str, Any] = {
+        "conditions": {**vars(args), "machine": machine()},
+        "workloads": [
+            {**r, "residual_s": round(e, 3)} for r, e in zip(rows, residuals, strict=True)
+        ],
+        **named(costs, fit_client(rows)),
+    }
+    if args.rounds > 1:
+        result["by_round"] = by_round(rows)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

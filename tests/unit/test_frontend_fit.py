@@ -71,3 +71,22 @@ def test_the_load_generators_costs_are_fitted_and_added_only_on_request():
     assert (both.client_request_s, both.client_chunk_s) == (0.0, 0.0)
     with pytest.raises(ValueError):
         FrontEndCost(0.0, 0.0, 0.0, client_chunk_s=-1.0)
+
+
+def test_rounds_are_fitted_together_and_each_on_its_own():
+    from load_tests.frontend_fit import by_round, named
+
+    slower = tuple(c * 1.2 for c in COSTS)
+    rows = [{**r, "round": 0} for r in ROWS]
+    rows += [
+        {**_row(r["requests"], r["remote"], r["chunks"], r["steps"], costs=slower), "round": 1}
+        for r in ROWS
+    ]
+    for row in rows:
+        row["client_cpu_s"] = 0.001 * row["requests"] + 0.0001 * row["chunks"]
+    together, _ = fit(rows)
+    assert together == pytest.approx([c * 1.1 for c in COSTS], rel=0.05)
+    first, second = by_round(rows)
+    assert first["chunk_s"] == pytest.approx(COSTS[2], rel=1e-6)
+    assert second["step_s"] == pytest.approx(slower[3], rel=1e-6)
+    assert named(together, fit_client(rows))["client_request_s"] == pytest.approx(0.001)
