@@ -100,8 +100,9 @@ class PoolConfig(DeploymentOptions):
 
     cpu_binding: str | None = Field(
         None,
-        description="CPU hosts: cores the engine's OpenMP threads bind to "
-        "(VLLM_CPU_OMP_THREADS_BIND), e.g. `0`, `1`, `0-3`; None lets vLLM choose.",
+        description="CPU hosts: cores the engine runs on, e.g. `0`, `1`, `0-3` (the replica "
+        "binds every thread of its engine processes there; vLLM also gets it as "
+        "VLLM_CPU_OMP_THREADS_BIND); `all`, `nobind` or None leave vLLM's choice.",
         pattern=r"^(all|nobind|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)$",
     )
     stream_interval_ms: float = Field(
