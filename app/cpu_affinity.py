@@ -65,14 +65,13 @@ def pin_process(spec: str, field: str) -> set[int]:
     return cores
 
 
-def pin_children(spec: str, field: str) -> dict[int, set[int]]:
+def pin_children(spec: str, field: str) -> tuple[set[int], list[int]]:
     """Bind every thread of every process this one started (at any depth) to ``spec``'s
-    cores; returns PID -> cores. Errors as :func:`pin_process`."""
+    cores; returns the cores and the PIDs bound. Errors as :func:`pin_process`."""
     import psutil
 
     cores = allowed_cores(spec, field)
-    bound: dict[int, set[int]] = {}
-    for child in psutil.Process().children(recursive=True):
-        bind_threads(child.pid, cores)
-        bound[child.pid] = cores
-    return bound
+    pids = [child.pid for child in psutil.Process().children(recursive=True)]
+    for pid in pids:
+        bind_threads(pid, cores)
+    return cores, pids

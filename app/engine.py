@@ -72,8 +72,8 @@ def bind_engine(cpu_binding: str | None, pool: str) -> None:
     """
     if cpu_binding is None or not re.fullmatch(CORE_LIST, cpu_binding):
         return
-    bound = pin_children(cpu_binding, f"{pool}.cpu_binding")
-    logger.info("engine processes %s bound to cores %s", sorted(bound), cpu_binding)
+    cores, pids = pin_children(cpu_binding, f"{pool}.cpu_binding")
+    logger.info("engine processes %s bound to cores %s", pids, sorted(cores))
 
 
 class EngineServer:

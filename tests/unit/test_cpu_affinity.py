@@ -75,10 +75,11 @@ code = (
 )
 child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
 child.stdout.readline()  # its second thread runs
-bound = pin_children({spec!r}, "prefill.cpu_binding")
+cores, pids = pin_children({spec!r}, "prefill.cpu_binding")
 tasks = os.listdir(f"/proc/{{child.pid}}/task")
 print(json.dumps({{
-    "bound": {{str(pid): sorted(cores) for pid, cores in bound.items()}},
+    "cores": sorted(cores),
+    "pids": pids,
     "child": child.pid,
     "child_threads": [sorted(os.sched_getaffinity(int(t))) for t in tasks],
     "self": sorted(os.sched_getaffinity(0)),
@@ -97,7 +98,8 @@ def test_children_are_bound_and_this_process_is_not():
     )
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
-    assert shown["bound"] == {str(shown["child"]): [core]}
+    assert shown["cores"] == [core]
+    assert shown["pids"] == [shown["child"]]
     assert len(shown["child_threads"]) == 2
     assert all(threads == [core] for threads in shown["child_threads"]), shown
     assert shown["self"] == sorted(os.sched_getaffinity(0))
