@@ -121,7 +121,8 @@ class SloPolicy:
             )
         # Over budget through queueing (not because one prefill takes that long).
         if pool.ttft_s is not None and pool.ttft_s > budget > self._service(pool):
-            needed = max(needed, _proportional(pool.replicas, pool.ttft_s / budget))
+            over = pool.ttft_s / budget
+            needed = max(needed, _proportional(pool.taking_traffic, over))
             reasons.append(
                 f"prefill TTFT {pool.ttft_s * 1e3:.0f} ms over budget {budget * 1e3:.0f} ms"
             )
@@ -148,25 +149,28 @@ class SloPolicy:
 
     def _decode(self, pool: PoolSignals, now_s: float, colocated: bool) -> Decision:
         target = self.params.tpot_s
+        # The figures were measured on the replicas taking traffic: each rule scales
+        # those, and the replicas still starting count as capacity on its way.
+        serving = pool.taking_traffic
         needed = pool.replicas
         reasons = []
         if pool.tpot_s is not None and pool.tpot_s > target:
-            needed = _proportional(pool.replicas, pool.tpot_s / target)
+            needed = _proportional(serving, pool.tpot_s / target)
             reasons.append(f"TPOT {pool.tpot_s * 1e3:.1f} ms over {target * 1e3:.1f} ms")
         if pool.kv_usage > self.params.kv_target:
-            needed = max(needed, pool.replicas + 1)
+            needed = max(needed, serving + 1)
             reasons.append(f"KV usage {pool.kv_usage:.0%} over {self.params.kv_target:.0%}")
-        if pool.waiting >= max(1, pool.replicas):
+        if pool.waiting >= max(1, serving):
             # The batch the pool holds now, grown to take the queue too.
             demand = (pool.running + pool.waiting) / max(pool.running, 1.0)
-            needed = max(needed, _proportional(pool.replicas, demand))
+            needed = max(needed, _proportional(serving, demand))
             reasons.append(f"{pool.waiting:.0f} requests waiting for a batch slot")
         ttft_share = self.params.ttft_s * (1 if colocated else self.params.decode_ttft_share)
         # Decode's TTFT counts against decode only while decode is busy: an idle decode
         # engine's first token waits on the KV's arrival, which more decode cannot hasten.
-        busy = pool.busy >= self.params.decode_busy * max(pool.replicas, 1)
+        busy = pool.busy >= self.params.decode_busy * max(serving, 1)
         if pool.ttft_s is not None and pool.ttft_s > ttft_share and (busy or colocated):
-            needed = max(needed, _proportional(pool.replicas, pool.ttft_s / ttft_share))
+            needed = max(needed, _proportional(serving, pool.ttft_s / ttft_share))
             what = "TTFT" if colocated else "decode's TTFT"
             reasons.append(f"{what} {pool.ttft_s * 1e3:.0f} ms over {ttft_share * 1e3:.0f} ms")
         if reasons:
@@ -200,6 +204,9 @@ class SloPolicy:
         memory = self.memory.setdefault(name, PoolMemory())
         memory.shrink_ok_since_s = None
         # At most double per decision: the signals lag, and new replicas take a while.
+        if needed <= pool.replicas and pool.starting:
+            # The replicas on their way cover it: the signal lags them.
+            return Decision(pool.replicas, f"{pool.starting} starting: {reason}")
         wanted = min(needed, pool.max_replicas)
         if at_most_double:
             wanted = min(wanted, 2 * max(pool.replicas, 1))
@@ -281,7 +288,8 @@ class SloPolicy:
         """Within ``max_total_replicas``: the pool that misses its own target gets what
         it asks for first (decode when both do: prefill's output waits on it); the other
         gives back replicas, at once, down to what keeps up with its load (its floor),
-        and never below the model's split."""
+        and never below the model's split. While either pool has replicas starting, the
+        other gives back nothing: the trade waits until they serve."""
         cap = self.params.max_total_replicas
         if cap is None or decisions[PREFILL].replicas + decisions[DECODE].replicas <= cap:
             return decisions
@@ -294,10 +302,20 @@ class SloPolicy:
                 pool: max(floor, min(modelled[pool], decisions[pool].replicas))
                 for pool, floor in floors.items()
             }
+        pools = {PREFILL: prefill, DECODE: decode}
         wanted = decisions[first].replicas
-        granted = min(wanted, cap - floors[second])
-        rest = max(floors[second], min(decisions[second].replicas, cap - granted))
         note = f"the cluster holds {cap}"
+        starting = prefill.starting + decode.starting
+        if starting:
+            # No trade while replicas are still starting: the figures have not seen
+            # them yet, and each trade costs a serving replica for a startup's time.
+            # The first pool gets the room the second leaves of itself.
+            floors[second] = min(decisions[second].replicas, pools[second].replicas)
+            note += f"; trading waits for {starting} starting"
+        granted = min(wanted, cap - floors[second])
+        if starting:
+            granted = max(granted, min(wanted, pools[first].replicas))
+        rest = max(floors[second], min(decisions[second].replicas, cap - granted))
         return {
             first: decisions[first]
             if granted == wanted

@@ -31,6 +31,19 @@ class PoolSignals:
     # Requests the pool's replicas hold and that are queued for them (what Serve's
     # default policy counts; this policy does not read it).
     ongoing: float = 0.0
+    # Replicas taking traffic now (what the figures above were measured on); the rest of
+    # the target is still starting. None: all of them.
+    serving: int | None = None
+
+    @property
+    def taking_traffic(self) -> int:
+        """Replicas the figures were measured on: the target, less those starting."""
+        return self.replicas if self.serving is None else min(self.serving, self.replicas)
+
+    @property
+    def starting(self) -> int:
+        """Replicas asked for that do not take traffic yet."""
+        return self.replicas - self.taking_traffic
 
 
 @dataclass(frozen=True)

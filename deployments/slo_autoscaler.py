@@ -71,6 +71,7 @@ def pool_signals(context: Any) -> PoolSignals:
 
     return PoolSignals(
         replicas=int(context.target_num_replicas),
+        serving=len(running),
         min_replicas=int(context.capacity_adjusted_min_replicas),
         max_replicas=int(context.capacity_adjusted_max_replicas),
         requests_per_s=total("requests_per_s"),

@@ -219,6 +219,7 @@ def simulate_scaling(
         )
         p = PoolSignals(
             replicas=prefill.target,
+            serving=len(prefill.active),
             min_replicas=pools[0],
             max_replicas=pools[1],
             requests_per_s=len(remote_recent) / config.tick_s,
@@ -230,6 +231,7 @@ def simulate_scaling(
         )
         d = PoolSignals(
             replicas=decode.target,
+            serving=len(decode.active),
             min_replicas=pools[0],
             max_replicas=pools[1],
             requests_per_s=len(first) / config.window_s,

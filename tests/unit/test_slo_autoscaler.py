@@ -47,6 +47,10 @@ def test_pool_signals_sum_rates_and_take_the_worst_measured_percentile():
     assert signals.requests_per_s == 2.0 and signals.busy == 0.6
     assert signals.ttft_s == 0.4 and signals.tpot_s is None
     assert signals.kv_usage == 0.3
+    assert (signals.taking_traffic, signals.starting) == (2, 0)
+    # A third replica asked for is not running yet: it counts as starting.
+    ctx.target_num_replicas = 3
+    assert (pool_signals(ctx).taking_traffic, pool_signals(ctx).starting) == (2, 1)
 
 
 def test_the_autoscaler_grows_the_pool_over_its_target_and_leaves_others():

@@ -207,6 +207,51 @@ def test_within_a_cluster_the_pool_missing_its_target_is_served_first():
     assert "decode needs room" in decisions[PREFILL].reason
 
 
+def test_replicas_still_starting_count_as_capacity_on_their_way():
+    # Prefill asked for a second replica; it is still starting, so the one serving
+    # reports TTFT 1.4 s over its 1 s budget (the backlog the second will take). The
+    # measured one, scaled by 1.4, needs 2: the replica on its way covers it.
+    policy = SloPolicy(replace(PARAMS, upscale_cooldown_s=0))
+    waiting = pool(2, serving=1, requests_per_s=2.7, busy=0.8, ttft_s=1.4)
+    decision = policy.decide(waiting, IDLE, 0.0)[PREFILL]
+    assert decision.replicas == 2 and decision.reason.startswith("1 starting: prefill TTFT")
+    # Once it serves, the same figures (now measured on both) grow the pool.
+    assert policy.decide(replace(waiting, serving=2), IDLE, 5.0)[PREFILL].replicas == 3
+    # Far over (3.5x on the one serving): past the starting one, within 2x per decision.
+    far = replace(waiting, ttft_s=3.5)
+    assert SloPolicy(PARAMS).decide(far, IDLE, 0.0)[PREFILL].replicas == 4
+    # Decode: TPOT twice the target on 2 serving of 4 asked for needs 4: hold.
+    slow = pool(4, serving=2, tpot_s=0.1, running=32)
+    decision = policy.decide(IDLE, slow, 0.0)[DECODE]
+    assert decision.replicas == 4 and decision.reason.startswith("2 starting: TPOT")
+    # The prefill load rule counts arrivals, not the replicas serving: 2.0 engine-s/s
+    # at S = 0.2 s need 3 however many are still starting.
+    loaded = pool(2, serving=1, requests_per_s=10, busy=2.0)
+    assert SloPolicy(PARAMS).decide(loaded, IDLE, 0.0)[PREFILL].replicas == 3
+
+
+def test_no_trade_between_the_pools_while_replicas_are_starting():
+    params = PolicyParams(ttft_s=1.0, tpot_s=0.05, upscale_cooldown_s=0, max_total_replicas=4)
+    prefill = pool(3, requests_per_s=6, busy=0.6, ttft_s=0.3)
+    decode = pool(1, tpot_s=0.2, running=40)
+    # The trade of the test above waits while a prefill replica is still starting ...
+    decisions = SloPolicy(params).decide(replace(prefill, serving=2), decode, 0.0)
+    assert (decisions[PREFILL].replicas, decisions[DECODE].replicas) == (3, 1)
+    assert "trading waits for 1 starting" in decisions[DECODE].reason
+    # ... and while decode's own is: 1 of its 2 serves at TPOT 4x over, it asks for 4
+    # (2x per decision) and keeps its 2; prefill gives back nothing.
+    decisions = SloPolicy(params).decide(
+        replace(prefill, replicas=2), replace(decode, replicas=2, serving=1), 0.0
+    )
+    assert (decisions[PREFILL].replicas, decisions[DECODE].replicas) == (2, 2)
+    assert "trading waits for 1 starting" in decisions[DECODE].reason
+    # Once every replica serves, the trade goes ahead.
+    decisions = SloPolicy(params).decide(
+        replace(prefill, replicas=2), replace(decode, replicas=2), 0.0
+    )
+    assert (decisions[PREFILL].replicas, decisions[DECODE].replicas) == (1, 3)
+
+
 # --- the model's check (a Split for the front door's demand) ---
 
 
