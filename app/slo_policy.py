@@ -293,7 +293,8 @@ class SloPolicy:
         cap = self.params.max_total_replicas
         if cap is None or decisions[PREFILL].replicas + decisions[DECODE].replicas <= cap:
             return decisions
-        decode_first = self._decode_over(decode) or not self._prefill_over(prefill, decode)
+        over = {PREFILL: self._prefill_over(prefill, decode), DECODE: self._decode_over(decode)}
+        decode_first = over[DECODE] > 1 or over[PREFILL] <= 1
         first, second = (DECODE, PREFILL) if decode_first else (PREFILL, DECODE)
         floors = {PREFILL: self._prefill_floor(prefill), DECODE: self._decode_floor(decode)}
         if split is not None:
@@ -305,15 +306,13 @@ class SloPolicy:
         pools = {PREFILL: prefill, DECODE: decode}
         wanted = decisions[first].replicas
         note = f"the cluster holds {cap}"
-        starting = prefill.starting + decode.starting
-        if starting:
-            # No trade while replicas are still starting: the figures have not seen
-            # them yet, and each trade costs a serving replica for a startup's time.
-            # The first pool gets the room the second leaves of itself.
+        held = self._trade_held(first, over[first], prefill, decode)
+        if held:
+            # The first pool gets only the room the second leaves of itself.
             floors[second] = min(decisions[second].replicas, pools[second].replicas)
-            note += f"; trading waits for {starting} starting"
+            note += f"; {held}"
         granted = min(wanted, cap - floors[second])
-        if starting:
+        if held:
             granted = max(granted, min(wanted, pools[first].replicas))
         rest = max(floors[second], min(decisions[second].replicas, cap - granted))
         return {
@@ -324,6 +323,21 @@ class SloPolicy:
             if rest == decisions[second].replicas
             else Decision(rest, f"{first} needs room ({note})"),
         }
+
+    def _trade_held(
+        self, first: str, over: float, prefill: PoolSignals, decode: PoolSignals
+    ) -> str | None:
+        """Why no replica moves between the pools now (None: it may). A trade takes a
+        serving replica from a pool that meets its targets, and the other pool has it a
+        startup's time later, so it waits for any replica still starting (the figures
+        have not seen it yet), and it needs the pool asking (``first``, ``over`` times
+        its target) to miss by the ``headroom`` margin a shrink keeps."""
+        starting = prefill.starting + decode.starting
+        if starting:
+            return f"trading waits for {starting} starting"
+        if over < 1 / self.params.headroom:
+            return f"{first} {over:.2f}x its target: a trade needs {1 / self.params.headroom:.2f}x"
+        return None
 
     def _prefill_floor(self, pool: PoolSignals) -> int:
         """Prefill replicas that keep up with the arrivals, latency aside."""
@@ -338,18 +352,20 @@ class SloPolicy:
         needed = math.ceil(pool.replicas * pool.tpot_s / self.params.tpot_s)
         return min(pool.replicas, max(pool.min_replicas, needed))
 
-    def _decode_over(self, pool: PoolSignals) -> bool:
+    def _decode_over(self, pool: PoolSignals) -> float:
+        """How far decode runs over its targets: its largest signal over its target (TPOT,
+        KV usage, its share of TTFT, and the batch it would hold with its queue)."""
         share = self.params.decode_ttft_share * self.params.ttft_s
-        return bool(
-            (pool.tpot_s is not None and pool.tpot_s > self.params.tpot_s)
-            or pool.kv_usage > self.params.kv_target
-            or pool.waiting >= max(1, pool.replicas)
-            or (pool.ttft_s is not None and pool.ttft_s > share)
-        )
+        over = [pool.kv_usage / self.params.kv_target, (pool.ttft_s or 0.0) / share]
+        if pool.tpot_s is not None:
+            over.append(pool.tpot_s / self.params.tpot_s)
+        if pool.waiting >= max(1, pool.taking_traffic):
+            over.append((pool.running + pool.waiting) / max(pool.running, 1.0))
+        return max(over)
 
-    def _prefill_over(self, pool: PoolSignals, decode: PoolSignals) -> bool:
-        budget = self.ttft_budget_s(decode)
-        return pool.ttft_s is not None and pool.ttft_s > budget
+    def _prefill_over(self, pool: PoolSignals, decode: PoolSignals) -> float:
+        """How far prefill's TTFT runs over its budget."""
+        return (pool.ttft_s or 0.0) / self.ttft_budget_s(decode)
 
 
 def _proportional(replicas: int, over: float) -> int:

@@ -250,6 +250,12 @@ def test_no_trade_between_the_pools_while_replicas_are_starting():
         replace(prefill, replicas=2), replace(decode, replicas=2), 0.0
     )
     assert (decisions[PREFILL].replicas, decisions[DECODE].replicas) == (1, 3)
+    # A pool just over its target (TPOT 1.2x; a trade needs 1/headroom = 1.43x) grows
+    # only into free room: none here, so nothing moves.
+    near = replace(decode, replicas=2, tpot_s=0.06)
+    decisions = SloPolicy(params).decide(replace(prefill, replicas=2), near, 0.0)
+    assert (decisions[PREFILL].replicas, decisions[DECODE].replicas) == (2, 2)
+    assert "decode 1.20x its target: a trade needs 1.43x" in decisions[DECODE].reason
 
 
 # --- the model's check (a Split for the front door's demand) ---
