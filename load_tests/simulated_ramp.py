@@ -111,6 +111,12 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--cluster-goodput",
+        type=float,
+        help="req/s the peak is a share of (default: the best fixed split's, as the "
+        "planner finds it for the seed's mix); keeps one ramp across seeds",
+    )
+    parser.add_argument(
         "--no-admission", action="store_true", help="no load shedding at the ingress"
     )
     parser.add_argument("--out", default="load_tests/results/simulated_ramp.json")
@@ -133,7 +139,7 @@ def main() -> None:
     splits = [Topology(p, replicas - p, **kv) for p in range(1, replicas)]
     mix = lengths(args.seed)
     workload = [mix(i) for i in range(400)]
-    peak = max(
+    peak = args.cluster_goodput or max(
         goodput(profile, t, workload, slo.ttft_s, slo.tpot_s, slo_config.attainment).goodput
         for t in splits
     )
