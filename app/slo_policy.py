@@ -18,11 +18,17 @@ batch per replica (conservative: the fixed per-step cost does not shrink with th
 batch): n replicas at TPOT t need ceil(n · t / target). KV usage over ``kv_target`` or
 requests waiting for a slot grow it by one.
 
+**Replicas on their way.** The figures were measured on the replicas taking traffic;
+those still starting count as capacity on its way: each latency rule scales the
+replicas serving, and a pool grows only past its target.
+
 **Hysteresis.** A pool grows as soon as a rule says so, at most once per
 ``upscale_cooldown_s``. It shrinks by one replica only after the smaller pool would
 have met the targets with ``headroom`` to spare (predicted by the same models) for a
 whole ``downscale_delay_s``. ``min_prefill_per_decode`` / ``max_prefill_per_decode``
-keep the pools' ratio in a range the user sets, by growing the smaller side.
+keep the pools' ratio in a range the user sets, by growing the smaller side. At
+``max_total_replicas`` a pool grows by a trade (the other gives back), which waits while
+any replica is starting and needs the pool asking to miss by the headroom margin.
 
 **The model's check.** Given the split that a model of the system says the arriving
 load needs (:class:`app.split_model.Split`, for the front door's demand, refused
@@ -203,10 +209,10 @@ class SloPolicy:
     ) -> Decision:
         memory = self.memory.setdefault(name, PoolMemory())
         memory.shrink_ok_since_s = None
-        # At most double per decision: the signals lag, and new replicas take a while.
         if needed <= pool.replicas and pool.starting:
             # The replicas on their way cover it: the signal lags them.
             return Decision(pool.replicas, f"{pool.starting} starting: {reason}")
+        # At most double per decision: the signals lag, and new replicas take a while.
         wanted = min(needed, pool.max_replicas)
         if at_most_double:
             wanted = min(wanted, 2 * max(pool.replicas, 1))
@@ -288,8 +294,9 @@ class SloPolicy:
         """Within ``max_total_replicas``: the pool that misses its own target gets what
         it asks for first (decode when both do: prefill's output waits on it); the other
         gives back replicas, at once, down to what keeps up with its load (its floor),
-        and never below the model's split. While either pool has replicas starting, the
-        other gives back nothing: the trade waits until they serve."""
+        and never below the model's split. No replica changes pools while either pool
+        has one starting, or for a pool asking that misses by less than the headroom
+        margin (:meth:`_trade_held`)."""
         cap = self.params.max_total_replicas
         if cap is None or decisions[PREFILL].replicas + decisions[DECODE].replicas <= cap:
             return decisions
