@@ -138,6 +138,7 @@ def pool_stat_logger(pool: str, clock: BusyClock, application: str = "") -> type
 
         def __init__(self, vllm_config: Any, engine_indexes: list[int] | None = None) -> None:
             super().__init__(vllm_config, engine_indexes)
+            _start_counters_at_zero(self)
             # engine index -> (running, waiting, KV-cache usage) after its last step
             self.last_state: dict[int, tuple[int, int, float]] = {}
             _keep_gauges_alive(weakref.ref(self))
@@ -169,6 +170,23 @@ def pool_stat_logger(pool: str, clock: BusyClock, application: str = "") -> type
                 gauges.gauge_kv_cache_usage[idx].set(usage)
 
     return PoolStatLogger
+
+
+def _start_counters_at_zero(stat_logger: Any) -> None:
+    """Export every vLLM counter of this engine at 0 now (``vllm:num_preemptions`` and
+    the rest), not at its first event: a dashboard shows 0, not "No data"
+    (:mod:`app.metric_zero`). vLLM keeps them as ``counter_*`` attributes, one labelled
+    counter per engine index."""
+    from app.metric_zero import start_at_zero
+
+    for name, per_engine in vars(stat_logger).items():
+        if not name.startswith("counter_") or not isinstance(per_engine, dict):
+            continue
+        for counter in per_engine.values():
+            metric = getattr(counter, "metric", None)
+            tags = getattr(counter, "_tags", None)
+            if metric is not None and isinstance(tags, dict):
+                start_at_zero(metric, [tags])
 
 
 def _keep_gauges_alive(logger: weakref.ref[Any]) -> None:

@@ -12,6 +12,7 @@ the API key guards the ``/v1`` routes only, so scrapers need no key.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
@@ -26,12 +27,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from app.admission import Admission, Overloaded
+from app.admission import Admission, Overloaded, Reason, Ticket
 from app.config import IngressConfig
 from app.engine_client import REQUEST_SCOPE, RequestScope
 from app.errors import APIError, bad_request
 from app.metrics_page import CONTENT_TYPE
 from app.openai_frontend import Frontend
+from app.readiness import Readiness
 from app.request_report import splitserve_field
 from app.request_timings import RequestTimings
 
@@ -66,6 +68,8 @@ class OpenAIServer:
         api_key: str | None,
         metrics_page: MetricsPage | None = None,
         on_arrival: Callable[[], None] | None = None,
+        readiness: Readiness | None = None,
+        on_refuse: Callable[[Reason], None] | None = None,
     ) -> None:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest
@@ -76,13 +80,16 @@ class OpenAIServer:
         self.api_key = api_key
         self.metrics_page = metrics_page
         self.on_arrival = on_arrival  # each generation request, before admission
+        # None: the pools are taken as ready (tests over fake pools).
+        self.readiness = readiness
         admission = config.admission
         self.admission = Admission(
             admission.ttft_budget_s,
             admission.max_waiting,
             admission.retry_after_s,
             admission.headroom,
-            learn_depth=admission.learn_depth,
+            predict_wait=admission.predict_wait,
+            on_refuse=on_refuse,
         )
         self._completion = TypeAdapter(CompletionRequest)
         self._chat = TypeAdapter(ChatCompletionRequest)
@@ -102,7 +109,14 @@ class OpenAIServer:
         return Starlette(
             routes=routes,
             exception_handlers={HTTPException: self._http_exception},
+            lifespan=self._lifespan,
         )
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        if self.readiness is not None:
+            self.readiness.start()  # ask the pools from the start, not at the first request
+        yield
 
     async def _http_exception(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -115,7 +129,29 @@ class OpenAIServer:
         return error_response(APIError(message, exc.status_code))
 
     async def health(self, request: Request) -> Response:
-        return Response(status_code=200)
+        if self.readiness is None:
+            return Response(status_code=200)
+        self.readiness.start()
+        health = self.readiness.health()
+        headers = (
+            None if health.retry_after_s is None else {"Retry-After": str(health.retry_after_s)}
+        )
+        return JSONResponse(health.body, status_code=health.status, headers=headers)
+
+    def _not_ready(self) -> Response | None:
+        """A 503 for an API request that comes before every pool serves warm, else None."""
+        if self.readiness is None:
+            return None
+        self.readiness.start()
+        if self.readiness.ready:
+            return None
+        refusal = self.admission.refuse(
+            Reason.NOT_READY,
+            self.readiness.not_ready_error(),
+            max(1, round(self.readiness.interval_s)),
+        )
+        error = APIError(str(refusal), HTTPStatus.SERVICE_UNAVAILABLE)
+        return _error_json(error.body(), error.status, refusal.retry_after_s)
 
     async def metrics(self, request: Request) -> Response:
         if self.metrics_page is None:
@@ -133,6 +169,9 @@ class OpenAIServer:
             self._authorize(request)
         except APIError as error:
             return error_response(error)
+        not_ready = self._not_ready()
+        if not_ready is not None:
+            return not_ready
         listing = await self.frontend.models.show_available_models()
         return JSONResponse(listing.model_dump())
 
@@ -173,6 +212,9 @@ class OpenAIServer:
             parsed = await self._parse(request, model)
         except APIError as error:
             return error_response(error)
+        not_ready = self._not_ready()
+        if not_ready is not None:
+            return not_ready
         if self.on_arrival is not None:
             try:
                 self.on_arrival()
@@ -183,6 +225,14 @@ class OpenAIServer:
         except Overloaded as exc:
             refusal = APIError(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
             return _error_json(refusal.body(), refusal.status, exc.retry_after_s)
+        response = await self._admitted(parsed, request, handler, ticket)
+        if response.status_code == HTTPStatus.SERVICE_UNAVAILABLE:
+            self.admission.refuse(Reason.POOL_QUEUE_FULL, "a pool's queue is full")
+        return response
+
+    async def _admitted(
+        self, parsed: Any, request: Request, handler: Handler, ticket: Ticket
+    ) -> Response:
         scope = RequestScope(on_first_token=ticket.first_token)
         REQUEST_SCOPE.set(scope)
         streaming = False
@@ -206,7 +256,7 @@ class OpenAIServer:
             if failed is not None:
                 await result.aclose()
                 status = int(failed["error"].get("code") or 500)
-                return _error_json(failed, status, self.config.admission.retry_after_s)
+                return _error_json(failed, status, self.admission.retry_after())
             streaming = True
             events = _with_report(first, result, scope.timings, ticket.done)
             return StreamingResponse(events, media_type="text/event-stream")
@@ -220,9 +270,7 @@ class OpenAIServer:
         from vllm.entrypoints.serve.engine.protocol import ErrorResponse
 
         if isinstance(result, ErrorResponse):
-            return _error_json(
-                result.model_dump(), result.error.code, self.config.admission.retry_after_s
-            )
+            return _error_json(result.model_dump(), result.error.code, self.admission.retry_after())
         return JSONResponse(result.model_dump())
 
     def _vllm_error(self, exc: Exception) -> JSONResponse:
@@ -234,9 +282,7 @@ class OpenAIServer:
         error = create_error_response(exc)
         if error.error.code >= HTTPStatus.INTERNAL_SERVER_ERROR:
             logger.error("request failed: %s", exc, exc_info=exc)
-        return _error_json(
-            error.model_dump(), error.error.code, self.config.admission.retry_after_s
-        )
+        return _error_json(error.model_dump(), error.error.code, self.admission.retry_after())
 
     async def _parse(self, request: Request, model: TypeAdapter[Any]) -> Any:
         self._authorize(request)

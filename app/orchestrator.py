@@ -53,6 +53,7 @@ class Orchestrator:
         local_prefill_below_tokens: int = 0,
         max_prefill_backlog: int = 1 << 30,
         migration: MigrationConfig | None = None,
+        prefill_serving: Callable[[], bool] | None = None,
     ) -> None:
         if mode is Mode.DISAGGREGATED and prefill is None:
             raise ValueError("disaggregated mode needs a prefill pool")
@@ -67,6 +68,9 @@ class Orchestrator:
         self.local_prefill_below_tokens = local_prefill_below_tokens
         self.max_prefill_backlog = max_prefill_backlog
         self.migration = migration or MigrationConfig()
+        # Whether the prefill pool has a replica serving now (app.readiness); when not,
+        # prompts are prefilled on decode at once instead of waiting in its queue.
+        self.prefill_serving = prefill_serving or (lambda: True)
         self.prefills_in_flight = 0
         self._releases: set[asyncio.Task[None]] = set()
 
@@ -123,6 +127,7 @@ class Orchestrator:
             self.prefills_in_flight,
             self.max_prefill_backlog,
             request.local_prefill_reason,
+            self.prefill_serving(),
         )
         report.remote_prefill, report.decision_reason = decision.remote, decision.reason
         chunks = (

@@ -9,6 +9,8 @@ export.
 
 from __future__ import annotations
 
+from app.metric_zero import start_at_zero
+from app.migration import LostCause
 from app.request_timings import RequestTimings
 
 _BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
@@ -56,6 +58,7 @@ class RayRequestMetrics:
             tag_keys=("cause", "application"),
         )
         self._migrations.set_default_tags({"application": application})
+        start_at_zero(self._migrations, ({"cause": cause.value} for cause in LostCause))
 
     def record(self, timings: RequestTimings) -> None:
         tags = {"path": "disaggregated" if timings.disaggregated else "local"}

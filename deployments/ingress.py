@@ -8,6 +8,7 @@ from typing import Any
 
 from ray import serve
 
+from app.admission_metrics import RayAdmissionMetrics
 from app.config import AppConfig, Mode
 from app.cpu_affinity import pin_process
 from app.demand import DemandMeter
@@ -19,11 +20,13 @@ from app.kv_transport.transfer_metrics import RayTransferMetrics
 from app.model_source import resolve_model
 from app.openai_frontend import build_frontend
 from app.orchestrator import Orchestrator
+from app.readiness import Readiness
 from app.request_metrics import RayRequestMetrics
 from app.request_timings import RequestTimings
 from deployments.cluster_env import missing_cluster_env
 from deployments.metrics_export import RayMetricsExport
 from deployments.pool_client import ServePoolClient
+from deployments.pool_probe import ServePoolProbe
 from deployments.serve_logging import keeping_serve_logs
 
 logger = logging.getLogger("ray.serve")
@@ -41,18 +44,28 @@ class Ingress:
 
         model_path = resolve_model(config.model.source)
         application = serve.get_replica_context().app_name
-        metrics = RayTransferMetrics(application)
         grpc = config.request_path.grpc
+        # Ready only once every pool has a warm replica serving, as the pools say.
+        if config.mode is Mode.DISAGGREGATED:
+            handles = {"prefill": prefill, "decode": decode}
+            streaming = "decode"
+        else:
+            handles = {"colocated": decode}
+            streaming = "colocated"
+        self._readiness = Readiness(tuple(handles), streaming, ServePoolProbe(application, handles))
+        plan = transfer_plan(config.transport.kind, nixl_installed())
+        metrics = RayTransferMetrics(application, plan)
         orchestrator = Orchestrator(
             config.mode,
             decode=ServePoolClient(decode, grpc),
             prefill=ServePoolClient(prefill, grpc) if config.mode is Mode.DISAGGREGATED else None,
-            plan=transfer_plan(config.transport.kind, nixl_installed()),
+            plan=plan,
             timeouts=config.transport,
             local_prefill_below_tokens=config.router.local_prefill_below_tokens,
             max_prefill_backlog=config.router.max_prefill_backlog,
             migration=config.migration,
             on_transfer=metrics.record,
+            prefill_serving=lambda: self._readiness.serving("prefill"),
         )
         # What the SLO policy's model check reads (record_autoscaling_stats).
         self._demand = DemandMeter()
@@ -86,6 +99,8 @@ class Ingress:
             api_key,
             metrics_page=RayMetricsExport(application).page,
             on_arrival=self._demand.arrived,
+            readiness=self._readiness,
+            on_refuse=RayAdmissionMetrics(application).refused,
         )
 
     def __serve_build_asgi_app__(self) -> Any:

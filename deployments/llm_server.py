@@ -83,6 +83,11 @@ class LLMServer:
             self.warmup.transports or "none",
         )
 
+    def ready(self) -> str:
+        """This replica's engine id: a replica that answers is warm (its constructor warmed
+        it up before Serve routed to it). The ingress's readiness probe calls it."""
+        return self.server.engine_id
+
     def warmup_report(self) -> dict[str, Any]:
         """What this replica's warm-up did (seconds per stage, pair result per transport)."""
         return {

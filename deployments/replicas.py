@@ -37,10 +37,18 @@ def replica_ids(application: str, deployment: str) -> list[str]:
 
 def running_replicas(application: str, deployment: str) -> int:
     """How many of ``deployment``'s replicas Serve's controller counts as running."""
+    return running_counts(application).get(deployment, 0)
+
+
+def running_counts(application: str) -> dict[str, int]:
+    """How many replicas of each deployment of ``application`` Serve counts as running."""
     from ray import serve
     from ray.serve._private.common import ReplicaState
 
     status = serve.status().applications.get(application)
-    if status is None or deployment not in status.deployments:
-        return 0
-    return int(status.deployments[deployment].replica_states.get(ReplicaState.RUNNING, 0))
+    if status is None:
+        return {}
+    return {
+        name: int(deployment.replica_states.get(ReplicaState.RUNNING, 0))
+        for name, deployment in status.deployments.items()
+    }

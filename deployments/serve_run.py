@@ -9,13 +9,23 @@ This wrapper runs ``serve run`` as a child in its own session and turns SIGTERM 
 SIGINT (Ctrl-C, which the terminal sends only to this process) into one SIGINT for the
 child: Serve's own clean shutdown. It exits with the child's status (0 when stopped so).
 A second signal while stopping is ignored. ``make run`` uses it.
+
+It also prints when the app is ready: the moment its ``/health`` first answers 200,
+which the ingress does only once every pool has a warm replica serving
+(:mod:`app.readiness`), so a client may start then.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 from types import FrameType
 
 
@@ -28,6 +38,9 @@ def main(argv: list[str]) -> int:
         preexec_fn=_default_sigint,
     )
     stopping = False
+    if argv and Path(argv[0]).is_file():
+        urls = _health_urls(argv[0])
+        threading.Thread(target=_announce_ready, args=(urls, child), daemon=True).start()
 
     def stop(signum: int, frame: FrameType | None) -> None:
         nonlocal stopping
@@ -43,6 +56,44 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     return child.wait()
+
+
+def _health_urls(config: str) -> list[str]:
+    """Where the app's ``/health`` answers: Serve's proxy (the file's ``http_options``) and
+    the ingress's own port when Serve's direct ingress is on (``make run``)."""
+    import yaml
+
+    with open(config) as f:
+        options = (yaml.safe_load(f) or {}).get("http_options") or {}
+    host = str(options.get("host") or "127.0.0.1")
+    host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    urls = [f"http://{host}:{int(options.get('port') or 8000)}"]
+    if os.environ.get("RAY_SERVE_ENABLE_DIRECT_INGRESS") == "1":
+        direct = os.environ.get("RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT", "8100")
+        urls.insert(0, f"http://{host}:{direct}")
+    return urls
+
+
+def _announce_ready(urls: list[str], child: subprocess.Popen[bytes]) -> None:
+    """Print once ``/health`` first answers 200 on every URL."""
+    started = time.monotonic()
+    pending = list(urls)
+    while pending and child.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{pending[0]}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    pending.pop(0)
+                    continue
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    if not pending:
+        print(
+            f"splitserve: ready after {time.monotonic() - started:.0f} s, every pool warm: "
+            f"the OpenAI API answers at {' and '.join(urls)} (/v1)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _default_sigint() -> None:

@@ -151,7 +151,7 @@ def simulate_scaling(
             a.retry_after_s,
             a.headroom,
             clock=lambda: clock.now,
-            learn_depth=a.learn_depth,
+            predict_wait=a.predict_wait,
         )
 
     def arrive(state: _State) -> None:

@@ -148,12 +148,18 @@ class AdmissionConfig(Strict):
         description="Most requests one ingress replica admits while they wait for a first "
         "token, whatever the estimate.",
     )
-    retry_after_s: int = Field(1, ge=0, description="The Retry-After header of a 503.")
-    learn_depth: bool = Field(
+    retry_after_s: int = Field(
+        1,
+        ge=0,
+        description="The Retry-After header of a 503 while the drain rate is not measured "
+        "yet (afterwards: the measured time to drain the queue waiting now).",
+    )
+    predict_wait: bool = Field(
         True,
-        description="Also refuse while as many requests wait as, lately, the pools served "
-        "within the limit (learned from requests that waited over it); false: the wait "
-        "rules and `max_waiting` alone.",
+        description="Also refuse a request whose first-token wait, predicted from the "
+        "queue it joins and the pools' measured drain rate (first tokens per busy second "
+        "over the last few seconds), is over the limit; false: `max_waiting` and the "
+        "oldest wait alone.",
     )
 
 

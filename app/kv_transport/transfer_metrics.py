@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.kv_transport.fallback import TransferReport
+from app.kv_transport.failure import FailureKind
+from app.kv_transport.fallback import TransferReport, Transport
+from app.metric_zero import start_at_zero
 
 _SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]
 
@@ -21,7 +23,9 @@ _SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 class RayTransferMetrics:
     """Counters and a histogram in Ray's metrics system; call :meth:`record` per request."""
 
-    def __init__(self, application: str = "") -> None:
+    def __init__(
+        self, application: str = "", plan: tuple[Transport, ...] = tuple(Transport)
+    ) -> None:
         from ray.util import metrics
 
         self._requests = metrics.Counter(
@@ -66,6 +70,24 @@ class RayTransferMetrics:
             self._unserved,
         ):
             metric.set_default_tags({"application": application})
+        # Every series a dashboard reads exists from the first export, at 0 (the plan's
+        # transports, every failure kind, the decisions; app.metric_zero).
+        served = [{"transport": t.value} for t in plan]
+        start_at_zero(self._requests, served)
+        start_at_zero(self._bytes, served)
+        start_at_zero(
+            self._fallbacks,
+            ({"transport": t.value, "reason": kind.value} for t in plan for kind in FailureKind),
+        )
+        start_at_zero(self._unserved)
+        start_at_zero(
+            self._decisions,
+            [{"decision": "remote", "reason": "long_prompt"}]
+            + [
+                {"decision": "local", "reason": reason}
+                for reason in ("short_prompt", "prefill_backlog", "prefill_unavailable")
+            ],
+        )
 
     def record(self, report: TransferReport) -> None:
         transport = report.transport

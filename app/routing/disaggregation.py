@@ -2,7 +2,8 @@
 
 Remote prefill pays a transfer and a hop; it only pays off when the prompt is long enough
 that computing it on the decode replica would stall that replica's other streams. Short
-prompts, and any prompt while the prefill pool is backed up, are prefilled locally.
+prompts, and any prompt while the prefill pool is backed up or has no replica serving
+(:mod:`app.readiness`), are prefilled locally.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Decision:
     remote: bool
-    # "long_prompt", "short_prompt", "prefill_backlog", or the request's own reason to be
+    # "long_prompt", "short_prompt", "prefill_unavailable", "prefill_backlog", or the
+    # request's own reason to be
     # prefilled on decode ("prompt_logprobs", "parallel_sample")
     reason: str
 
@@ -24,11 +26,14 @@ def decide(
     prefill_backlog: int,
     max_prefill_backlog: int,
     required_local: str | None = None,
+    prefill_serving: bool = True,
 ) -> Decision:
     if required_local is not None:
         return Decision(False, required_local)
     if prompt_tokens < local_below_tokens:
         return Decision(False, "short_prompt")
+    if not prefill_serving:
+        return Decision(False, "prefill_unavailable")
     if prefill_backlog >= max_prefill_backlog:
         return Decision(False, "prefill_backlog")
     return Decision(True, "long_prompt")

@@ -1,9 +1,9 @@
-"""Admission control: the hard cap, the oldest and recent waits against the budget, the
-learned queue depth, tickets."""
+"""Admission control: the hard cap, the oldest wait, the wait predicted from the measured
+drain rate, Retry-After from the drain time, refusal reasons, tickets."""
 
 import pytest
 
-from app.admission import Admission, Overloaded
+from app.admission import Admission, Overloaded, Reason
 
 
 class Clock:
@@ -19,16 +19,30 @@ def _admission(clock, **kw):
     return Admission(**{**fields, **kw})
 
 
-def test_the_hard_cap_refuses_at_once_with_retry_after():
-    admission = _admission(Clock(), max_waiting=2, retry_after_s=3)
+def _serve(admission, clock, count, every_s, concurrency=1):
+    """A closed loop: ``concurrency`` requests wait at a time, one served per ``every_s``."""
+    tickets = [admission.admit() for _ in range(concurrency)]
+    for _ in range(count):
+        clock.now += every_s
+        tickets.pop(0).first_token()
+        tickets.append(admission.admit())
+    for ticket in tickets:
+        ticket.done()
+
+
+def test_the_hard_cap_refuses_at_once_with_retry_after_and_a_reason():
+    refused: list[Reason] = []
+    admission = _admission(Clock(), max_waiting=2, retry_after_s=3, on_refuse=refused.append)
     admission.admit()
     admission.admit()
-    with pytest.raises(Overloaded, match="2 requests already wait") as refused:
+    with pytest.raises(Overloaded, match="2 requests already wait") as error:
         admission.admit()
-    assert refused.value.retry_after_s == 3 and admission.shed == 1
+    # No drain rate measured yet: the configured Retry-After.
+    assert error.value.retry_after_s == 3 and error.value.reason is Reason.MAX_WAITING
+    assert admission.shed == 1 and refused == [Reason.MAX_WAITING]
 
 
-def test_a_burst_is_admitted_whole_while_no_one_has_waited_long():
+def test_a_burst_is_admitted_whole_while_no_rate_is_known_and_no_one_waited_long():
     admission = _admission(Clock())
     tickets = [admission.admit() for _ in range(50)]
     assert admission.waiting == 50 and admission.shed == 0
@@ -44,8 +58,9 @@ def test_once_the_oldest_waits_past_the_limit_new_requests_are_shed():
     clock.now += 1.0
     second = admission.admit()
     clock.now += 1.5  # the oldest has waited 2.5 s
-    with pytest.raises(Overloaded, match=r"wait 2\.5 s .*under 2 s"):
+    with pytest.raises(Overloaded, match=r"wait 2\.5 s .*under 2 s") as error:
         admission.admit()
+    assert error.value.reason is Reason.OLDEST_WAIT
     first.done()  # its client left: the oldest (second) has waited 1.5 s
     third = admission.admit()
     assert admission.waiting == 2 and admission.shed == 1
@@ -64,68 +79,87 @@ def test_a_request_that_ends_before_its_first_token_leaves_the_queue():
     admission.admit()
 
 
-def test_slow_recent_first_tokens_shed_even_when_the_oldest_waiter_is_young():
+def test_the_drain_rate_counts_busy_time_only():
     clock = Clock()
-    admission = _admission(clock)  # limit 2 s, window 2 s
-    slow = [admission.admit() for _ in range(3)]
-    clock.now += 1.9
-    young = admission.admit()
-    clock.now += 1.1
-    for ticket in slow:
-        ticket.first_token()  # served after 3 s: over the limit
-    # The oldest waiter is 1.1 s old, under the limit, yet the pools are behind.
-    with pytest.raises(Overloaded, match=r"after 3\.0 s lately"):
-        admission.admit()
-    young.first_token()  # the queue drained: served at once again
-    admission.admit()
+    admission = _admission(clock, min_samples=4)
+    assert admission.drain_rate() is None
+    _serve(admission, clock, 8, every_s=0.25)  # 4 a second while busy
+    assert admission.drain_rate() == pytest.approx(4.0)
+    clock.now += 600  # idle: the rate still holds for the next burst
+    assert admission.drain_rate() == pytest.approx(4.0)
 
 
-def test_a_queue_deeper_than_the_pools_serve_in_time_is_not_admitted_again():
+def test_a_burst_beyond_what_the_pools_drain_in_time_is_held_to_it():
     clock = Clock()
     admission = _admission(clock)  # limit 2 s
-    burst = [admission.admit() for _ in range(8)]  # nobody has waited yet: all admitted
-    for ticket in burst:  # served one every 0.5 s: the 5th and later waited over 2 s
-        clock.now += 0.5
-        ticket.first_token()
-    # Behind 4 others a request waited 2.5 s: 4 waiting is what the pools serve in time.
-    assert admission.depth == pytest.approx(4.0)
-    clock.now += 2.1  # the slow first tokens have left the recent window
-    nexts = [admission.admit() for _ in range(4)]
-    with pytest.raises(Overloaded, match=r"4 requests already wait .* behind that many"):
-        admission.admit()
-    for ticket in nexts:  # served in time, from the edge of the depth: it grows back
-        clock.now += 0.4
-        ticket.first_token()
-    assert admission.depth == pytest.approx(6.0)  # one per request served near the edge
-    [admission.admit() for _ in range(6)]
-    assert admission.waiting == 6
+    _serve(admission, clock, 32, every_s=0.125)  # 8 first tokens a second
+    admitted = []
+    with pytest.raises(Overloaded, match=r"serve 8\.0 a second") as error:
+        for _ in range(300):
+            admitted.append(admission.admit())
+    # (waiting + 1) / 8 <= 2 s: 16 admitted; the 17th would wait 2.1 s.
+    assert len(admitted) == 16 and error.value.reason is Reason.PREDICTED_WAIT
+    assert error.value.retry_after_s == 2  # the 20 waiting drain in 2 s
 
 
-def test_a_lone_slow_request_does_not_lower_the_depth():
+def test_a_steady_load_served_in_time_is_never_refused():
+    # 16 clients, each waiting ~0.2 s of a 1 s request: few wait, each briefly.
+    clock = Clock()
+    admission = _admission(clock)
+    _serve(admission, clock, 2000, every_s=1 / 16, concurrency=3)
+    assert admission.shed == 0
+
+
+def test_a_cold_start_is_forgotten_after_a_few_busy_seconds():
+    clock = Clock()
+    admission = _admission(clock)  # window 4 s
+    cold = [admission.admit() for _ in range(8)]
+    clock.now += 16.0  # the engines were not ready: all 8 waited 16 s
+    for ticket in cold:
+        ticket.first_token()
+    clock.now += 1.0
+    # Warm now: 16 concurrent requests, one served every 0.05 s.
+    _serve(admission, clock, 200, every_s=0.05, concurrency=16)
+    assert admission.shed == 0
+    assert admission.drain_rate() == pytest.approx(20.0)
+
+
+def test_one_slow_request_alone_does_not_set_a_rate():
     clock = Clock()
     admission = _admission(clock)
     ticket = admission.admit()
-    clock.now += 3.0
-    ticket.first_token()  # slow engines, no queue: not a depth to learn
-    assert admission.depth == 100
+    clock.now += 30.0
+    ticket.first_token()
+    assert admission.drain_rate() is None
+    [admission.admit() for _ in range(50)]
+    assert admission.shed == 0
 
 
-def test_the_depth_rule_can_be_turned_off():
+def test_the_predicted_wait_rule_can_be_turned_off():
     clock = Clock()
-    admission = _admission(clock, learn_depth=False)
-    burst = [admission.admit() for _ in range(8)]
-    for ticket in burst:
-        clock.now += 0.5
-        ticket.first_token()
-    assert admission.depth == 100
+    admission = _admission(clock, predict_wait=False)
+    _serve(admission, clock, 40, every_s=0.1)
+    [admission.admit() for _ in range(60)]
+    assert admission.shed == 0
+
+
+def test_refusals_decided_elsewhere_are_counted_with_the_drain_time():
+    clock = Clock()
+    refused: list[Reason] = []
+    admission = _admission(clock, on_refuse=refused.append)
+    _serve(admission, clock, 40, every_s=0.1)
+    [admission.admit() for _ in range(15)]
+    error = admission.refuse(Reason.POOL_QUEUE_FULL, "full")
+    assert error.retry_after_s == 2 and refused == [Reason.POOL_QUEUE_FULL]
+    assert admission.refuse(Reason.NOT_READY, "x", retry_after_s=1).retry_after_s == 1
 
 
 def test_served_requests_are_kept_only_as_long_as_the_window():
-    # Light load: every request is served before the next arrives, so no admission ever
-    # reads the recent waits; they must not pile up for the life of the replica.
     clock = Clock()
-    admission = _admission(clock)  # window 2 s
+    admission = _admission(clock)  # window 4 s of busy time
     for _ in range(1000):
-        admission.admit().first_token()
+        ticket = admission.admit()
+        clock.now += 0.01
+        ticket.first_token()
         clock.now += 0.1
-    assert len(admission._served) <= 21
+    assert len(admission._served) <= 401
