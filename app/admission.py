@@ -147,6 +147,15 @@ class Admission:
 
     def admit(self) -> Ticket:
         """A ticket for a new request, or :class:`Overloaded`."""
+        self._check()
+        number = next(self._numbers)
+        now = self.clock()
+        if not self._waiting:
+            self._busy_since = now
+        self._waiting[number] = (now, self.waiting)
+        return Ticket(self, number)
+
+    def _check(self) -> None:
         rate = self.drain_rate() if self.predict_wait else None
         if self.waiting >= self.max_waiting:
             self._refuse(
@@ -174,11 +183,6 @@ class Admission:
                 f"(budget {self.ttft_budget_s:g} s, admitting under {self.limit_s:g} s)",
                 rate,
             )
-        number = next(self._numbers)
-        if not self._waiting:
-            self._busy_since = self.clock()
-        self._waiting[number] = (self.clock(), self.waiting)
-        return Ticket(self, number)
 
     def refuse(self, reason: Reason, why: str, retry_after_s: int | None = None) -> Overloaded:
         """Count a refusal decided elsewhere (not ready, a pool's queue full); the error."""

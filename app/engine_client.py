@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import secrets
 from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -186,8 +187,12 @@ class PoolEngineClient:
         def answer_text() -> AnswerText:  # after a migration (app.migration)
             return VllmAnswerText(tokenizer, engine_request)
 
+        # The engines' key for this request: made here, unique, never the client's own
+        # ``X-Request-Id`` (which vLLM's layer puts in ``request_id``): engines abort by
+        # it, so two clients sending the same id must not reach each other's request.
+        engine_key = f"{request_id}-{secrets.token_hex(4)}"
         streams = [
-            self._sample(ids, sampling_params, request_id, k, n, first_token, answer_text)
+            self._sample(ids, sampling_params, engine_key, k, n, first_token, answer_text)
             for k in range(n)
         ]
         samples = [_Sample(k) for k in range(n)]

@@ -208,23 +208,24 @@ class OpenAIServer:
     async def _generate(
         self, request: Request, model: TypeAdapter[Any], handler: Handler
     ) -> Response:
-        try:
-            parsed = await self._parse(request, model)
-        except APIError as error:
-            return error_response(error)
         not_ready = self._not_ready()
         if not_ready is not None:
             return not_ready
-        if self.on_arrival is not None:
-            try:
-                self.on_arrival()
-            except Exception:  # metrics must never fail a request
-                logger.exception("counting an arrival failed")
         try:
+            # Admitted (or refused) as it arrives, before its body is parsed: under a
+            # burst a refusal costs next to nothing, and requests still being parsed
+            # count as waiting. A request found bad leaves the queue at once.
             ticket = self.admission.admit()
         except Overloaded as exc:
+            self._arrived()
             refusal = APIError(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
             return _error_json(refusal.body(), refusal.status, exc.retry_after_s)
+        try:
+            parsed = await self._parse(request, model)
+        except APIError as error:
+            ticket.done()
+            return error_response(error)
+        self._arrived()
         response = await self._admitted(parsed, request, handler, ticket)
         if response.status_code == HTTPStatus.SERVICE_UNAVAILABLE:
             self.admission.refuse(Reason.POOL_QUEUE_FULL, "a pool's queue is full")
@@ -265,6 +266,13 @@ class OpenAIServer:
         finally:
             if not streaming:
                 ticket.done()
+
+    def _arrived(self) -> None:
+        if self.on_arrival is not None:
+            try:
+                self.on_arrival()
+            except Exception:  # metrics must never fail a request
+                logger.exception("counting an arrival failed")
 
     def _json_result(self, result: Any) -> JSONResponse:
         from vllm.entrypoints.serve.engine.protocol import ErrorResponse

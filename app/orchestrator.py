@@ -267,10 +267,12 @@ class Orchestrator:
     ) -> PrefillResult:
         """One prefill: the wait for a replica and its run each within their timeout."""
         assert self.prefill is not None
-        self.prefills_in_flight += 1
-        stream = self.prefill.prefill(request, transport)
         queued = time.perf_counter()
+        stream = None
+        self.prefills_in_flight += 1
         try:
+            # (Inside the try: a call that raises at once must not leave the count up.)
+            stream = self.prefill.prefill(request, transport)
             try:
                 async with asyncio.timeout(self.timeouts.prefill_queue_timeout_s):
                     started = await anext(aiter(stream))
@@ -298,7 +300,8 @@ class Orchestrator:
             return result
         finally:
             self.prefills_in_flight -= 1
-            await stream.aclose()  # type: ignore[attr-defined]
+            if stream is not None:
+                await stream.aclose()  # type: ignore[attr-defined]
 
     def _release(self, result: PrefillResult) -> None:
         """Free a failed attempt's NIXL blocks on prefill now, without waiting for it."""
@@ -308,9 +311,17 @@ class Orchestrator:
         task.add_done_callback(self._releases.discard)
 
     def _kv_expiry(self) -> float:
-        """When prefill may free NIXL blocks it just kept (its lease; a margin for clocks)."""
+        """The latest a decode replica may start reading NIXL blocks prefill just kept.
+
+        Decode's engine renews prefill's lease by heartbeats once the request is in its
+        scheduler, but vLLM 0.32 sends them every ``kv_lease_s // 6`` s on one timer for
+        all requests: a request added just after a heartbeat waits that long for its
+        first. So a decode start needs more than that interval of lease left, plus a
+        margin for the hop into the engine and for clocks; else prefill could free and
+        reuse the blocks under the read (wrong tokens, no error).
+        """
         lease = self.timeouts.kv_lease_s
-        return time.time() + lease - min(2.0, lease / 4)
+        return time.time() + lease - (lease // 6 + _LEASE_SLACK_S)
 
     def _record(self, report: TransferReport) -> None:
         if self.on_transfer is None:
@@ -328,6 +339,9 @@ def _note_kv(chunk: TokenChunk, timings: RequestTimings, publish_s: float) -> No
         timings.transfer.kv_bytes = chunk.kv_bytes or timings.transfer.kv_bytes
         timings.transfer.transfer_s = publish_s + timings.kv_fetch_s
 
+
+# Beyond vLLM's heartbeat interval: the hop into the decode engine, and clock skew.
+_LEASE_SLACK_S = 2.0
 
 _POOL_UNAVAILABLE = (
     FailureKind.PREFILL_BUSY,

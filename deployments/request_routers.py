@@ -91,6 +91,12 @@ class PrefixAffinityRouter(_RankingRouter):
         super().on_replica_actor_died(replica_id)
         self.policy.forget(replica_id.unique_id)
 
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        # Replicas a downscale or a redeploy removed leave here, not by dying: their
+        # prefix memory (up to max_blocks hashes each) must go with them.
+        super().update_replicas(replicas)
+        self.policy.retain({r.replica_id.unique_id for r in replicas})
+
 
 class KVCapacityRouter(_RankingRouter):
     """Decode pool: the replica with the most free KV cache, then the shortest queue."""

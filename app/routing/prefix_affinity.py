@@ -87,3 +87,8 @@ class PrefixAffinity:
 
     def forget(self, replica: str) -> None:
         self._seen.pop(replica, None)
+
+    def retain(self, live: set[str]) -> None:
+        """Forget every replica not in ``live`` (removed by a downscale or a redeploy)."""
+        for replica in [r for r in self._seen if r not in live]:
+            del self._seen[replica]

@@ -398,3 +398,54 @@ def test_a_full_decode_queue_is_a_503_with_retry_after(engine_client):
         r = client.post("/v1/completions", json={"prompt": "hi", "stream": stream})
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
         assert "decode pool's queue is full" in r.json()["error"]["message"]
+
+
+def test_the_engines_key_is_unique_whatever_x_request_id_the_client_sends(engine_client):
+    # vLLM aborts by the engine request id: two clients sending the same X-Request-Id
+    # must not share it, or one's disconnect aborts the other's answer.
+    pool = FakePool()
+    client = _client(engine_client, pool=pool)
+    for _ in range(2):
+        r = client.post(
+            "/v1/completions",
+            json={"prompt": "hi", "max_tokens": 3},
+            headers={"X-Request-Id": "same"},
+        )
+        assert r.status_code == 200 and r.headers.get("x-request-id") in (None, "same")
+    ids = [request.request_id for request in pool.requests]
+    assert len(ids) == 2 and ids[0] != ids[1]
+    assert all("same" in i for i in ids)  # still traceable to the client's id in logs
+
+
+def test_health_and_the_api_answer_503_until_every_pool_serves(engine_client):
+    import asyncio as aio
+
+    from app.readiness import Readiness
+
+    serving = {"prefill": False, "decode": True}
+
+    async def probe(pool, ever):
+        return serving[pool]
+
+    readiness = Readiness(("prefill", "decode"), "decode", probe)
+    client = _client(engine_client)
+    server = OpenAIServer(engine_client.frontend, IngressConfig(), None, readiness=readiness)
+    client = TestClient(server.asgi_app())
+    aio.run(readiness.probe_once())
+    health = client.get("/health")
+    assert health.status_code == 503 and health.headers["retry-after"] == "1"
+    assert health.json()["pools"]["prefill"] == "starting"
+    for r in (
+        client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 3}),
+        client.get("/v1/models"),
+    ):
+        assert r.status_code == 503 and r.headers["retry-after"]
+        assert "no warm replica of the prefill pool" in r.json()["error"]["message"]
+    serving["prefill"] = True
+    aio.run(readiness.probe_once())
+    assert client.get("/health").json() == {
+        "status": "ok",
+        "pools": {"prefill": "serving", "decode": "serving"},
+    }
+    r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 3})
+    assert r.status_code == 200

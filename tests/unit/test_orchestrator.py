@@ -110,11 +110,12 @@ async def test_happy_path_uses_nixl_once():
     assert texts == ["a", "b"]
     assert prefill.calls == [("r1", NX)]  # no object-store save on the happy path
     assert decode.generated[0].kv_transfer_params == {"remote_block_ids": [[7]]}
-    # The blocks' lease (30 s by default) less a margin: a later decode start must not read.
+    # The blocks' lease (30 s by default) less vLLM's heartbeat interval (30 // 6 s) and
+    # a 2 s slack: a later decode start must not read.
     expires_at = decode.generated[0].kv_expires_at
     assert expires_at is not None
     expires_in = expires_at - time.time()
-    assert 27 < expires_in <= 28
+    assert 22 < expires_in <= 23
     assert timings.transfer.transport is NX and not timings.transfer.fallbacks
     # NIXL's read, as the decode engine's connector reported it on the last chunk
     assert timings.transfer.kv_bytes == 64 and timings.kv_fetch_s == 0.004
@@ -360,3 +361,52 @@ async def test_a_full_prefill_queue_is_prefilled_on_decode():
     assert [a.failure and a.failure.kind for a in timings.transfer.fallbacks] == [
         FailureKind.PREFILL_BUSY
     ]
+
+
+class RaisingAtCallPrefill(FakePrefill):
+    """A pool client whose ``prefill`` raises when called, before any stream exists (a
+    handle error), as a Serve handle can."""
+
+    def prefill(self, request, transport=NX):  # type: ignore[override]
+        self.calls.append((request.request_id, transport))
+        raise RuntimeError("handle broken")
+
+
+async def test_a_prefill_that_raises_at_call_time_leaves_no_prefill_in_flight():
+    prefill = RaisingAtCallPrefill()
+    orchestrator = Orchestrator(Mode.DISAGGREGATED, FakeDecode(), prefill, plan=CHAIN)
+    for _ in range(3):
+        texts, timings = await _run(orchestrator)
+        assert texts == ["a", "b"] and timings.transfer.transport is RC
+    # Each leak would push later requests toward local prefill for good.
+    assert orchestrator.prefills_in_flight == 0
+
+
+async def test_a_prefill_pool_without_a_replica_sends_prompts_to_decode_at_once():
+    prefill = FakePrefill(queue_s=30)  # would wait out the prefill queue's timeout
+    orchestrator = Orchestrator(
+        Mode.DISAGGREGATED, FakeDecode(), prefill, plan=CHAIN, prefill_serving=lambda: False
+    )
+    texts, timings = await asyncio.wait_for(_run(orchestrator), 5)
+    assert texts == ["a", "b"] and prefill.calls == []
+    assert timings.transfer.decision_reason == "prefill_unavailable"
+    assert not timings.transfer.remote_prefill
+
+
+def test_the_kv_lease_margin_covers_vllms_first_heartbeat():
+    # vLLM 0.32 renews a prefill's lease every kv_lease_s // 6 s, on one global timer: a
+    # request added just after a heartbeat waits up to that long for its first. A decode
+    # that starts the request must have more than that left, or the blocks can be freed
+    # and reused under its read.
+    for lease in (8, 30, 120):
+        orchestrator = Orchestrator(
+            Mode.DISAGGREGATED,
+            FakeDecode(),
+            FakePrefill(),
+            plan=CHAIN,
+            timeouts=_timeouts(kv_lease_s=lease),
+        )
+        left = orchestrator._kv_expiry() - time.time()
+        heartbeat = lease // 6
+        assert lease - left >= heartbeat + 1.0, (lease, left)
+        assert left > 0

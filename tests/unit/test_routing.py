@@ -79,3 +79,14 @@ def test_conditional_disaggregation():
     long = decide(500, 64, 3, 16)
     assert long.remote and long.reason == "long_prompt"
     assert decide(1, 0, 0, 16).remote  # threshold 0 disaggregates everything
+
+
+def test_prefix_memory_keeps_only_live_replicas():
+    policy = PrefixAffinity(block_tokens=4)
+    hashes = policy.hashes(list(range(16)))
+    for replica in ("a", "b", "c"):
+        policy.record(replica, hashes)
+    # A downscale or a redeploy removes b and c: their memory goes with them.
+    policy.retain({"a", "d"})
+    assert policy.matched_blocks("a", hashes) == 4
+    assert policy.matched_blocks("b", hashes) == 0 and set(policy._seen) == {"a"}

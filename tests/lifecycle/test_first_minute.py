@@ -1,0 +1,244 @@
+"""The first minute, as a new user meets it: ``make run``, poll ``/health``, send requests
+the instant it answers 200, then a closed loop and a burst.
+
+- Until every pool has a warm replica, ``/health`` and the API answer 503 with
+  ``Retry-After`` at once, on the direct-ingress port and through Serve's proxy.
+- The moment ``/health`` answers 200, 8 concurrent requests prefilled remotely are all
+  served, their KV moved over NIXL with no fallback, each TTFT within 3x the warm median.
+- A closed loop at concurrency 16 (128 in / 128 out) gets no refusal.
+- A burst of 300 streams: the admitted meet the TTFT budget (p99); each refusal comes
+  within 1 s and carries ``Retry-After``.
+- ``/metrics`` has the refusal counter by reason, and the counters the dashboard reads,
+  at their first export.
+
+Runs as a pytest session of its own (`make test`): it starts and stops a whole Ray
+cluster through ``make run``, as a user does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).parents[2]
+DIRECT = "http://127.0.0.1:8100"
+PROXY = "http://127.0.0.1:8000"
+TTFT_BUDGET_S = 5.0  # admission.ttft_budget_s, the default
+pytestmark = pytest.mark.integration
+
+
+def _prompt(salt: int, length: int) -> list[int]:
+    """Token ids no other request shares (no prefix-cache hit hides a prefill)."""
+    return [10 + (salt * 7919 + i * 104729) % 900 for i in range(length)]
+
+
+async def _stream(
+    client: httpx.AsyncClient, url: str, prompt: list[int], max_tokens: int
+) -> dict[str, Any]:
+    """One streamed completion: status, seconds to the answer's head and first token,
+    Retry-After, and the ``splitserve`` report of its usage event."""
+    body = {
+        "model": "tiny-llama",
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    sent = time.perf_counter()
+    result: dict[str, Any] = {"status": 0, "ttft_s": None, "report": None, "tokens": 0}
+    async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
+        result["status"] = response.status_code
+        result["head_s"] = time.perf_counter() - sent
+        result["retry_after"] = response.headers.get("retry-after")
+        if response.status_code != 200:
+            await response.aread()
+            result["error"] = response.text
+            return result
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[len("data: ") :])
+            if event.get("choices") and result["ttft_s"] is None:
+                result["ttft_s"] = time.perf_counter() - sent
+            if event.get("usage"):
+                result["tokens"] = event["usage"]["completion_tokens"]
+                result["report"] = event.get("splitserve")
+    return result
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+async def _closed_loop(url: str, clients: int, total: int) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    counter = iter(range(total))
+    limits = httpx.Limits(max_connections=clients + 8)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+
+        async def worker() -> None:
+            for n in counter:
+                results.append(await _stream(client, url, _prompt(1000 + n, 128), 128))
+
+        await asyncio.gather(*(worker() for _ in range(clients)))
+    return results
+
+
+async def _burst(url: str, streams: int) -> list[dict[str, Any]]:
+    limits = httpx.Limits(max_connections=streams + 8)
+    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+        return list(
+            await asyncio.gather(
+                *(_stream(client, url, _prompt(5000 + n, 128), 64) for n in range(streams))
+            )
+        )
+
+
+def _wait_ready(process: subprocess.Popen[bytes], log: Path) -> dict[str, Any]:
+    """Poll /health on both ports every 0.5 s from the start; while it says 503, check
+    that a request is refused at once. Returns what was seen."""
+    seen: dict[str, Any] = {"not_ready": [], "refused_early": []}
+    deadline = time.monotonic() + 900
+    with httpx.Client(timeout=5) as client:
+        while time.monotonic() < deadline:
+            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+            try:
+                health = client.get(f"{DIRECT}/health")
+            except httpx.HTTPError:
+                time.sleep(0.5)
+                continue
+            if health.status_code == 200:
+                seen["health"] = health.json()
+                return seen
+            seen["not_ready"].append((health.status_code, health.headers.get("retry-after")))
+            if len(seen["refused_early"]) < 3:
+                for url in (DIRECT, PROXY):
+                    sent = time.perf_counter()
+                    with contextlib.suppress(httpx.HTTPError):
+                        body = {"model": "tiny-llama", "prompt": "hi", "max_tokens": 2}
+                        early = client.post(f"{url}/v1/completions", json=body)
+                        took = time.perf_counter() - sent
+                        retry = early.headers.get("retry-after")
+                        seen["refused_early"].append((url, early.status_code, retry, took))
+            time.sleep(0.5)
+    raise AssertionError("the app did not become ready")
+
+
+def test_the_first_minute_from_make_run(tmp_path: Path) -> None:
+    log = tmp_path / "make_run.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            ["make", "--no-print-directory", "run"],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "RAY_DEDUP_LOGS": "0"},
+            start_new_session=True,
+        )
+    try:
+        seen = _wait_ready(process, log)
+        # The instant it is ready: 8 concurrent requests, every prompt remote (>= 512).
+        first = asyncio.run(_burst_of(8, 600, salt=0))
+        warm = asyncio.run(_burst_of(8, 600, salt=100))
+        loop = asyncio.run(_closed_loop(DIRECT, 16, 96))
+        burst = asyncio.run(_burst(DIRECT, 300))
+        time.sleep(12)  # one metrics export interval
+        metrics = httpx.get(f"{DIRECT}/metrics", timeout=30).text
+        proxy_health = httpx.get(f"{PROXY}/health", timeout=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        _wait_gone()
+    text = log.read_text(errors="replace")
+
+    # Before ready: 503 + Retry-After on /health, and at once on the API, both ports.
+    assert all(code == 503 and retry for code, retry in seen["not_ready"]), seen["not_ready"]
+    for url, code, retry, took in seen["refused_early"]:
+        assert code == 503 and retry and took < 1.0, (url, code, retry, took)
+    assert seen["health"]["status"] == "ok", seen["health"]
+    assert proxy_health.status_code == 200
+    assert "splitserve: ready after" in text, text[-3000:]
+
+    # The 8 the instant it was ready: served, over NIXL, no fallback, TTFT as when warm.
+    for result in first + warm:
+        assert result["status"] == 200, result
+        report = result["report"]
+        assert report["kv_transport"] == "nixl" and report["fallbacks"] == [], report
+    warm_median = statistics.median(r["ttft_s"] for r in warm)
+    slowest = max(r["ttft_s"] for r in first)
+    assert slowest <= 3 * warm_median, (slowest, warm_median)
+
+    # A closed loop at 16: nothing refused.
+    refused = [r for r in loop if r["status"] != 200]
+    assert not refused, refused[:3]
+
+    # The burst: the admitted meet the budget; the rest are refused at once, with Retry-After.
+    admitted = [r for r in burst if r["status"] == 200]
+    shed = [r for r in burst if r["status"] != 200]
+    assert admitted, "the burst was refused whole"
+    assert all(r["tokens"] == 64 for r in admitted)
+    assert _p99([r["ttft_s"] for r in admitted]) <= TTFT_BUDGET_S
+    for r in shed:
+        assert r["status"] == 503 and r["retry_after"] and r["head_s"] < 1.0, r
+
+    # Counters the dashboard reads exist from their first export, refusals by reason.
+    for series in (
+        'splitserve_admission_rejected_total{reason="predicted_wait"',
+        'splitserve_admission_rejected_total{reason="not_ready"',
+        "splitserve_kv_unserved_total{",
+        'splitserve_migrations_total{cause="replica_died"',
+        "vllm:num_preemptions_total{",
+    ):
+        assert _has(metrics, series), series
+
+
+def _wait_gone(timeout_s: float = 60) -> None:
+    """Wait for the cluster's processes to exit (the next test starts its own)."""
+    import psutil
+
+    marks = ("raylet", "gcs_server", "ray::", "VLLM::EngineCore")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(
+            any(m in " ".join(p.info["cmdline"] or ()) for m in marks)
+            for p in psutil.process_iter(["cmdline"])
+        ):
+            return
+        time.sleep(1)
+
+
+def _has(page: str, series: str) -> bool:
+    """Whether ``page`` has a sample of ``series`` (``name{label="value"`` or ``name{``),
+    whatever the order of its labels."""
+    name, _, label = series.partition("{")
+    for line in page.splitlines():
+        if line.startswith(name + "{") and (not label or label.rstrip(",") in line):
+            return True
+    return False
+
+
+async def _burst_of(count: int, length: int, salt: int) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient(timeout=120) as client:
+        return list(
+            await asyncio.gather(
+                *(_stream(client, DIRECT, _prompt(salt + n, length), 16) for n in range(count))
+            )
+        )
