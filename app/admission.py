@@ -14,8 +14,11 @@ request is refused with 503 and a ``Retry-After`` when
 - the oldest of them has waited longer than the limit (``headroom`` times
   ``ttft_budget_s``): the pools are behind right now (:attr:`Reason.OLDEST_WAIT`); or
 - the rate is known (at least ``min_samples`` first tokens in the window) and the new
-  request would wait longer than the limit: the shortest recent wait (its own service)
-  plus ``waiting / rate`` for the queue ahead of it (:attr:`Reason.PREDICTED_WAIT`).
+  request's predicted wait, the shortest recent wait (its own service) plus ``waiting /
+  rate`` for the queue ahead of it, is over ``predicted_share`` of the budget
+  (:attr:`Reason.PREDICTED_WAIT`). The prediction is of a typical wait: in a burst the
+  last admitted wait about twice as long (the engines slow as the batch grows), and a
+  client on a busy host adds its own delay, so the share (0.25) is below ``headroom``.
 
 A steady load the pools serve in time keeps few requests waiting, each briefly, so its
 predicted wait stays near its real one and nothing is refused; a burst beyond capacity is
@@ -84,7 +87,7 @@ class Admission:
         headroom: float = 0.5,
         window_s: float = 4.0,
         clock: Callable[[], float] = time.monotonic,
-        predict_wait: bool = True,
+        predicted_share: float = 0.25,
         min_samples: int = 8,
         on_refuse: Callable[[Reason], None] | None = None,
     ) -> None:
@@ -94,7 +97,9 @@ class Admission:
         self.retry_after_s = retry_after_s
         self.window_s = window_s
         self.clock = clock
-        self.predict_wait = predict_wait
+        # The predicted wait is a typical one: admit while it is under this share of the
+        # budget (0: no prediction).
+        self.predicted_limit_s = predicted_share * ttft_budget_s
         self.min_samples = min_samples
         self.on_refuse = on_refuse
         self.shed = 0
@@ -156,7 +161,7 @@ class Admission:
         return Ticket(self, number)
 
     def _check(self) -> None:
-        rate = self.drain_rate() if self.predict_wait else None
+        rate = self.drain_rate() if self.predicted_limit_s > 0 else None
         if self.waiting >= self.max_waiting:
             self._refuse(
                 Reason.MAX_WAITING,
@@ -173,14 +178,15 @@ class Admission:
             )
         if (
             rate is not None
-            and (predicted := self.predicted_wait_s(rate)) > self.limit_s
+            and (predicted := self.predicted_wait_s(rate)) > self.predicted_limit_s
             and self.waiting > self.proven_depth()
         ):
             self._refuse(
                 Reason.PREDICTED_WAIT,
                 f"{self.waiting} requests wait for a first token and the pools serve "
                 f"{rate:.1f} a second: a new one would wait {predicted:.1f} s "
-                f"(budget {self.ttft_budget_s:g} s, admitting under {self.limit_s:g} s)",
+                f"(budget {self.ttft_budget_s:g} s, admitting under "
+                f"{self.predicted_limit_s:g} s)",
                 rate,
             )
 

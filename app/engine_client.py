@@ -30,6 +30,7 @@ import asyncio
 import contextvars
 import logging
 import secrets
+import time
 from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -55,6 +56,7 @@ class RequestScope:
 
     timings: list[RequestTimings] = field(default_factory=list)
     on_first_token: Callable[[], None] | None = None
+    arrived: float | None = None  # time.perf_counter() when the HTTP request arrived
 
 
 # Set by the HTTP layer for each HTTP request it serves.
@@ -260,6 +262,8 @@ class PoolEngineClient:
                 params.seed += index
         timings = RequestTimings(prompt_tokens=len(ids))
         scope = REQUEST_SCOPE.get()
+        if scope is not None and scope.arrived is not None:
+            timings.ingress_s = time.perf_counter() - scope.arrived
         if scope is not None:
             scope.timings.append(timings)
         request = GenerateRequest(

@@ -16,6 +16,7 @@ import contextlib
 import hmac
 import json
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
@@ -88,7 +89,7 @@ class OpenAIServer:
             admission.max_waiting,
             admission.retry_after_s,
             admission.headroom,
-            predict_wait=admission.predict_wait,
+            predicted_share=admission.predicted_share,
             on_refuse=on_refuse,
         )
         self._completion = TypeAdapter(CompletionRequest)
@@ -208,6 +209,7 @@ class OpenAIServer:
     async def _generate(
         self, request: Request, model: TypeAdapter[Any], handler: Handler
     ) -> Response:
+        arrived = time.perf_counter()
         not_ready = self._not_ready()
         if not_ready is not None:
             return not_ready
@@ -226,15 +228,15 @@ class OpenAIServer:
             ticket.done()
             return error_response(error)
         self._arrived()
-        response = await self._admitted(parsed, request, handler, ticket)
+        response = await self._admitted(parsed, request, handler, ticket, arrived)
         if response.status_code == HTTPStatus.SERVICE_UNAVAILABLE:
             self.admission.refuse(Reason.POOL_QUEUE_FULL, "a pool's queue is full")
         return response
 
     async def _admitted(
-        self, parsed: Any, request: Request, handler: Handler, ticket: Ticket
+        self, parsed: Any, request: Request, handler: Handler, ticket: Ticket, arrived: float
     ) -> Response:
-        scope = RequestScope(on_first_token=ticket.first_token)
+        scope = RequestScope(on_first_token=ticket.first_token, arrived=arrived)
         REQUEST_SCOPE.set(scope)
         streaming = False
         try:

@@ -16,13 +16,13 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from app.config import MigrationConfig, Mode, TransportConfig
 from app.errors import describe_failure
 from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Attempt, TransferReport, Transport
-from app.migration import AnswerText, resumable
+from app.migration import AnswerText, ReplicaLost, resumable
 from app.pool_client import PoolBusy, PoolClient
 from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from app.request_timings import RequestTimings
@@ -115,6 +115,10 @@ class Orchestrator:
                 yield chunk
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
+            # One report per request, whatever migrations and retries it took: the last
+            # stream's (an earlier stream's losses are counted as migrations).
+            if self.mode is Mode.DISAGGREGATED:
+                self._record(timings.transfer)
         timings.total_s = time.perf_counter() - started
 
     async def _disaggregated(
@@ -140,7 +144,6 @@ class Orchestrator:
                 yield chunk
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
-            self._record(report)
 
     async def _transferred(
         self, request: GenerateRequest, timings: RequestTimings
@@ -176,20 +179,29 @@ class Orchestrator:
                 )
                 report.transfer_s = result.publish_s
             stream = self.decode.generate(attempt)
-            used = False
+            # Whether the decode attempt is known to be over without a read in flight:
+            # only then may prefill free the blocks at once. Otherwise (a timed-out read,
+            # a client gone while decode reads) decode's abort tells prefill itself
+            # (vLLM's connector), or the lease frees them.
+            over = _DecodeAttempt()
             try:
                 try:
-                    first = await self._first_chunk(stream, transport, timings)
+                    first = await self._first_chunk(stream, transport, timings, over)
                 except Exception as exc:  # the decode pool failed: so does the request
                     failure = TransferFailure(FailureKind.DECODE_ERROR, describe_failure(exc))
                     report.attempts.append(Attempt(transport, failure))
+                    # Never started, or its replica or engine is gone: no read in flight.
+                    over.ended = not over.started or isinstance(exc, ReplicaLost)
                     raise
                 if first is not None and first.transfer_failed is not None:
                     report.attempts.append(Attempt(transport, first.transfer_failed))
                     _log_fallback(request, transport, first.transfer_failed)
+                    # Decode said it could not use the KV: its read is over, unless it
+                    # is only our timer that ran out.
+                    over.ended = first.transfer_failed.kind is not FailureKind.TRANSFER_TIMEOUT
                     continue
                 report.attempts.append(Attempt(transport))
-                used = True
+                over.used = True
                 if first is None:
                     return
                 publish_s = report.transfer_s
@@ -202,7 +214,7 @@ class Orchestrator:
                 return
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
-                if not used and attempt.kv_transfer_params is not None:
+                if over.ended and not over.used and attempt.kv_transfer_params is not None:
                     self._release(result)
         raise RuntimeError("every transport failed, recompute included")
 
@@ -232,6 +244,7 @@ class Orchestrator:
         stream: AsyncIterator[Started | TokenChunk],
         transport: Transport,
         timings: RequestTimings,
+        attempt: _DecodeAttempt,
     ) -> TokenChunk | None:
         """The decode stream's first chunk of tokens (None: the stream ended empty).
 
@@ -242,6 +255,7 @@ class Orchestrator:
         queued = time.perf_counter()
         item = await anext(aiter(stream), None)
         if isinstance(item, Started):
+            attempt.started = True
             timings.decode_queue_s += time.perf_counter() - queued
             timings.decode_engine = item.engine_id
             started = time.perf_counter()
@@ -348,6 +362,15 @@ _POOL_UNAVAILABLE = (
     FailureKind.PREFILL_QUEUE_TIMEOUT,
     FailureKind.PREFILL_TIMEOUT,
 )
+
+
+@dataclass
+class _DecodeAttempt:
+    """What is known of one decode attempt with transferred KV."""
+
+    started: bool = False  # the decode replica took the request (it may read)
+    used: bool = False  # decode served the request with the KV
+    ended: bool = False  # decode reported the attempt over: no read in flight
 
 
 class _Timeout(Exception):

@@ -44,7 +44,8 @@ class RayRequestMetrics:
         self._ttft = histogram("splitserve_ttft_seconds", "Server-side time to first token.")
         self._stage = histogram(
             "splitserve_ttft_stage_seconds",
-            "Time to first token by stage: prefill_queue, prefill, decode_queue, kv_transfer, "
+            "Time to first token by stage: ingress (arrival to the pools being asked), "
+            "prefill_queue, prefill, decode_queue, kv_transfer, "
             "first_decode_step (the decode replica's first step, after the KV read; on the "
             "local path it includes the prefill).",
             ("path", "stage"),
@@ -78,7 +79,7 @@ class RayRequestMetrics:
 
 def ttft_stages(timings: RequestTimings) -> dict[str, float]:
     """Seconds of the request's time to first token spent in each stage it went through."""
-    stages = {}
+    stages = {"ingress": timings.ingress_s}
     if timings.disaggregated:
         stages["prefill_queue"] = timings.prefill_queue_s
         stages["prefill"] = timings.prefill_s

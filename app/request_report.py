@@ -19,6 +19,7 @@ def timing_report(t: RequestTimings) -> dict[str, Any]:
         "prefill_cached_tokens": t.prefill_cached_tokens,
         "decode_engine": t.decode_engine or None,
         "ttft_ms": _ms(t.first_token_s),
+        "ingress_ms": _ms(t.ingress_s),
         "prefill_queue_ms": _ms(t.prefill_queue_s),
         "prefill_ms": _ms(t.prefill_s),
         # "local": prefilled on decode by choice, so no KV moved (not a transport).

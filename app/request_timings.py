@@ -12,6 +12,9 @@ from app.migration import Migration
 class RequestTimings:
     """Where one request's time went, in seconds, and how its KV moved (filled as it runs)."""
 
+    # From the HTTP request's arrival at the ingress to the pools being asked: parsing,
+    # vLLM's request processing, and the ingress's own event loop under load.
+    ingress_s: float = 0.0
     prefill_queue_s: float = 0.0  # waiting for a prefill replica (Serve's queue)
     prefill_s: float = 0.0  # the prefill itself, once a replica started it
     decode_queue_s: float = 0.0  # waiting for a decode replica (Serve's queue)

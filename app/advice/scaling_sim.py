@@ -151,7 +151,7 @@ def simulate_scaling(
             a.retry_after_s,
             a.headroom,
             clock=lambda: clock.now,
-            predict_wait=a.predict_wait,
+            predicted_share=a.predicted_share,
         )
 
     def arrive(state: _State) -> None:

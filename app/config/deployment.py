@@ -154,12 +154,15 @@ class AdmissionConfig(Strict):
         description="The Retry-After header of a 503 while the drain rate is not measured "
         "yet (afterwards: the measured time to drain the queue waiting now).",
     )
-    predict_wait: bool = Field(
-        True,
-        description="Also refuse a request whose first-token wait, predicted from the "
-        "queue it joins and the pools' measured drain rate (first tokens per busy second "
-        "over the last few seconds), is over the limit; false: `max_waiting` and the "
-        "oldest wait alone.",
+    predicted_share: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="Also refuse a request whose first-token wait, predicted from the queue "
+        "it joins and the pools' measured drain rate (first tokens per busy second over the "
+        "last few seconds of work), is over this share of `ttft_budget_s`: a typical wait, "
+        "where the budget bounds the tail. 0: no prediction (`max_waiting` and the oldest "
+        "wait alone).",
     )
 
 

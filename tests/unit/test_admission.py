@@ -15,7 +15,13 @@ class Clock:
 
 
 def _admission(clock, **kw):
-    fields = {"ttft_budget_s": 4.0, "max_waiting": 100, "headroom": 0.5, "clock": clock}
+    fields = {
+        "ttft_budget_s": 4.0,
+        "max_waiting": 100,
+        "headroom": 0.5,
+        "predicted_share": 0.5,
+        "clock": clock,
+    }
     return Admission(**{**fields, **kw})
 
 
@@ -137,7 +143,7 @@ def test_one_slow_request_alone_does_not_set_a_rate():
 
 def test_the_predicted_wait_rule_can_be_turned_off():
     clock = Clock()
-    admission = _admission(clock, predict_wait=False)
+    admission = _admission(clock, predicted_share=0)
     _serve(admission, clock, 40, every_s=0.1)
     [admission.admit() for _ in range(60)]
     assert admission.shed == 0

@@ -16,6 +16,7 @@ def test_a_disaggregated_request_has_every_stage_and_the_kv_read_leaves_the_firs
     )
     stages = ttft_stages(timings)
     assert stages.keys() == {
+        "ingress",
         "prefill_queue",
         "prefill",
         "kv_transfer",
@@ -30,4 +31,8 @@ def test_a_local_prefill_has_no_prefill_or_transfer_stage():
     timings = RequestTimings(
         decode_queue_s=0.02, decode_first_token_s=0.3, transfer=TransferReport(remote_prefill=False)
     )
-    assert ttft_stages(timings) == {"decode_queue": 0.02, "first_decode_step": 0.3}
+    assert ttft_stages(timings) == {
+        "ingress": 0.0,
+        "decode_queue": 0.02,
+        "first_decode_step": 0.3,
+    }
