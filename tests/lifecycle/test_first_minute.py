@@ -131,7 +131,7 @@ def _wait_ready(process: subprocess.Popen[bytes], log: Path) -> dict[str, Any]:
                 time.sleep(0.5)
                 continue
             if health.status_code == 200:
-                seen["health"] = health.json()
+                seen["health"] = health.json() if health.content else {}
                 return seen
             seen["not_ready"].append((health.status_code, health.headers.get("retry-after")))
             if len(seen["refused_early"]) < 3:
@@ -178,35 +178,57 @@ def test_the_first_minute_from_make_run(tmp_path: Path) -> None:
         _wait_gone()
     text = log.read_text(errors="replace")
 
+    # Every check, each failure listed (a first minute fails in several ways at once).
+    failed: list[str] = []
+
+    def check(ok: bool, what: str) -> None:
+        if not ok:
+            failed.append(what)
+
     # Before ready: 503 + Retry-After on /health, and at once on the API, both ports.
-    assert all(code == 503 and retry for code, retry in seen["not_ready"]), seen["not_ready"]
+    check(
+        all(code == 503 and retry for code, retry in seen["not_ready"]),
+        f"/health before ready: {seen['not_ready'][:5]}",
+    )
+    check(bool(seen["refused_early"]), "/health never said 'not ready': nothing to try early")
     for url, code, retry, took in seen["refused_early"]:
-        assert code == 503 and retry and took < 1.0, (url, code, retry, took)
-    assert seen["health"]["status"] == "ok", seen["health"]
-    assert proxy_health.status_code == 200
-    assert "splitserve: ready after" in text, text[-3000:]
+        check(code == 503 and bool(retry) and took < 1.0, f"early request {url}: {code} {took}")
+    check(seen["health"].get("status") == "ok", f"/health when ready: {seen['health']}")
+    check(proxy_health.status_code == 200, f"proxy /health: {proxy_health.status_code}")
+    check("splitserve: ready after" in text, "make run never said the app was ready")
 
     # The 8 the instant it was ready: served, over NIXL, no fallback, TTFT as when warm.
     for result in first + warm:
-        assert result["status"] == 200, result
-        report = result["report"]
-        assert report["kv_transport"] == "nixl" and report["fallbacks"] == [], report
-    warm_median = statistics.median(r["ttft_s"] for r in warm)
-    slowest = max(r["ttft_s"] for r in first)
-    assert slowest <= 3 * warm_median, (slowest, warm_median)
+        report = result["report"] or {}
+        check(
+            result["status"] == 200
+            and report.get("kv_transport") == "nixl"
+            and report.get("fallbacks") == [],
+            f"a request right after ready: {result['status']} {report or result.get('error')}",
+        )
+    warm_ttfts = [r["ttft_s"] for r in warm if r["ttft_s"] is not None]
+    first_ttfts = [r["ttft_s"] for r in first if r["ttft_s"] is not None]
+    if warm_ttfts and first_ttfts:
+        warm_median = statistics.median(warm_ttfts)
+        check(
+            max(first_ttfts) <= 3 * warm_median,
+            f"TTFT right after ready {max(first_ttfts):.3f} s > 3 x warm {warm_median:.3f} s",
+        )
 
     # A closed loop at 16: nothing refused.
     refused = [r for r in loop if r["status"] != 200]
-    assert not refused, refused[:3]
+    check(not refused, f"closed loop at 16: {len(refused)} of {len(loop)} refused")
 
     # The burst: the admitted meet the budget; the rest are refused at once, with Retry-After.
     admitted = [r for r in burst if r["status"] == 200]
     shed = [r for r in burst if r["status"] != 200]
-    assert admitted, "the burst was refused whole"
-    assert all(r["tokens"] == 64 for r in admitted)
-    assert _p99([r["ttft_s"] for r in admitted]) <= TTFT_BUDGET_S
-    for r in shed:
-        assert r["status"] == 503 and r["retry_after"] and r["head_s"] < 1.0, r
+    check(bool(admitted), "the burst was refused whole")
+    check(all(r["tokens"] == 64 for r in admitted), "an admitted stream was cut short")
+    if admitted:
+        p99 = _p99([r["ttft_s"] for r in admitted])
+        check(p99 <= TTFT_BUDGET_S, f"burst: admitted TTFT p99 {p99:.2f} s > {TTFT_BUDGET_S} s")
+    slow = [r for r in shed if not (r["status"] == 503 and r["retry_after"] and r["head_s"] < 1)]
+    check(not slow, f"burst: {len(slow)} of {len(shed)} refusals late or bare: {slow[:2]}")
 
     # Counters the dashboard reads exist from their first export, refusals by reason.
     for series in (
@@ -216,7 +238,8 @@ def test_the_first_minute_from_make_run(tmp_path: Path) -> None:
         'splitserve_migrations_total{cause="replica_died"',
         "vllm:num_preemptions_total{",
     ):
-        assert _has(metrics, series), series
+        check(_has(metrics, series), f"/metrics lacks {series}")
+    assert not failed, "\n".join(failed)
 
 
 def _wait_gone(timeout_s: float = 60) -> None:
