@@ -54,8 +54,8 @@ async def open_loop(
     # The client waits past the server's deadline: a request the server lets hang shows.
     async with httpx.AsyncClient(timeout=deadline_s + 60, limits=limits) as client:
 
-        async def send(sent_at: float, prompt: list[int], max_tokens: int) -> None:
-            end: dict[str, Any] = {"at_s": round(sent_at, 1)}
+        async def send(due: float, prompt: list[int], max_tokens: int) -> None:
+            end: dict[str, Any] = {"at_s": round(due - began, 1)}
             started = time.perf_counter()
             try:
                 timing = await one_request(client, url, None, prompt, max_tokens)
@@ -70,6 +70,7 @@ async def open_loop(
             end["elapsed_s"] = time.perf_counter() - started
             ends.append(end)
 
+        began = time.perf_counter()
         await arrivals(rate, seconds, rng, send)
     return ends
 
