@@ -42,8 +42,10 @@ def sweep_orphans(directory: Path | None = None) -> list[Path]:
     """Delete payload files whose process is gone; the paths deleted.
 
     Every path that wrote a file removes it on its way out, failures and cancellations
-    included; a file outlives its request only when its replica died in between (a
-    SIGKILL between the engine's write and the publish). Replicas sweep as they start.
+    included (an aborted prefill's file by the engine's connector, a cancelled fetch's
+    once its thread is done); a file outlives its request only when its replica died in
+    between (a SIGKILL between the engine's write and the publish). Replicas sweep as
+    they start.
     """
     removed = []
     for path in (directory or payload_dir()).glob(f"{PREFIX}*"):
@@ -98,6 +100,21 @@ async def materialize(ref: Any, path: str) -> tuple[int, float]:
     if not isinstance(data, np.ndarray):
         raise TypeError(f"KV payload object holds {type(data).__name__}, not a byte array")
     tmp = path + ".tmp"
-    await asyncio.to_thread(data.tofile, tmp)
-    os.replace(tmp, path)
+
+    def write() -> None:
+        try:
+            data.tofile(tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            remove(path)
+            raise
+
+    # A cancelled await does not stop the thread: once it is done, remove what it wrote
+    # (the caller's own clean-up may have run before the thread created the file).
+    writing = asyncio.ensure_future(asyncio.to_thread(write))
+    try:
+        await asyncio.shield(writing)
+    except asyncio.CancelledError:
+        writing.add_done_callback(lambda _: remove(path))
+        raise
     return int(data.nbytes), time.perf_counter() - started

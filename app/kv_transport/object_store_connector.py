@@ -185,6 +185,16 @@ class SplitserveObjectStoreConnector(KVConnectorBase_V1):  # type: ignore[misc]
     def request_finished(
         self, request: Request, block_ids: list[int]
     ) -> tuple[bool, dict[str, Any] | None]:
+        from vllm.v1.request import RequestStatus
+
+        if request.status is RequestStatus.FINISHED_ABORTED:
+            # Aborted (client gone, prefill timeout): the replica removed the payload path
+            # when it stopped waiting, but a step already running wrote it after that. The
+            # abort is processed after that step, so the file exists now: remove it.
+            path = (request.kv_transfer_params or {}).get(SAVE_PATH)
+            if path:
+                _unlink(str(path))
+                _unlink(str(path) + ".tmp")
         self._saves.pop(request.request_id, None)
         self._loads.pop(request.request_id, None)
         self._confirmed_loads.pop(request.request_id, None)

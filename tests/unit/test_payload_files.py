@@ -1,0 +1,65 @@
+"""KV payload files in /dev/shm never outlive a cancelled request: an aborted prefill's
+file (written by a step that was already running) and a cancelled fetch's (written by a
+thread the cancel does not stop)."""
+
+import asyncio
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from app.kv_transport import object_store
+from app.kv_transport.payload import SAVE_PATH
+
+
+class SlowArray(np.ndarray):
+    """A payload whose write takes a while (a big KV on a busy host)."""
+
+    def tofile(self, fid, *args, **kwargs):  # type: ignore[override]
+        time.sleep(0.3)
+        return np.asarray(self).tofile(fid, *args, **kwargs)
+
+
+async def _ref(data):
+    return data
+
+
+async def test_a_cancelled_fetch_leaves_no_file(tmp_path: Path):
+    path = str(tmp_path / f"{object_store.PREFIX}1-decode-x")
+    data = np.arange(1 << 16, dtype=np.uint8).view(SlowArray)
+    task = asyncio.ensure_future(object_store.materialize(_ref(data), path))
+    await asyncio.sleep(0.05)  # the thread is writing
+    task.cancel()
+    object_store.remove(path)  # the caller's clean-up runs before the thread is done
+    await asyncio.sleep(0.6)
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_fetch_that_completes_leaves_the_file_for_the_engine(tmp_path: Path):
+    path = str(tmp_path / f"{object_store.PREFIX}1-decode-y")
+    data = np.arange(100, dtype=np.uint8)
+    nbytes, _ = await object_store.materialize(_ref(data), path)
+    assert nbytes == 100 and Path(path).read_bytes() == data.tobytes()
+
+
+def test_an_aborted_prefill_s_payload_is_removed_by_the_connector(tmp_path: Path):
+    from vllm.v1.request import RequestStatus
+
+    from app.kv_transport.object_store_connector import SplitserveObjectStoreConnector
+
+    path = tmp_path / f"{object_store.PREFIX}1-prefill-z"
+    path.write_bytes(b"kv")  # written by the step that ran while the abort was sent
+    connector = SplitserveObjectStoreConnector.__new__(SplitserveObjectStoreConnector)
+    connector._saves, connector._loads, connector._confirmed_loads = {}, {}, {}
+
+    def finish(status):
+        request = SimpleNamespace(
+            request_id="r", status=status, kv_transfer_params={SAVE_PATH: str(path)}
+        )
+        return connector.request_finished(request, [])
+
+    finish(RequestStatus.FINISHED_LENGTH_CAPPED)  # a prefill that ended normally
+    assert path.exists()  # kept: the replica publishes it
+    finish(RequestStatus.FINISHED_ABORTED)
+    assert not path.exists()
