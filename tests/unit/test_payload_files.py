@@ -59,7 +59,7 @@ def test_an_aborted_prefill_s_payload_is_removed_by_the_connector(tmp_path: Path
         request = SimpleNamespace(
             request_id="r", status=status, kv_transfer_params={SAVE_PATH: str(path)}
         )
-        return connector.request_finished(request, [])
+        return connector.request_finished(request, [])  # type: ignore[arg-type]
 
     finish(RequestStatus.FINISHED_LENGTH_CAPPED)  # a prefill that ended normally
     assert path.exists()  # kept: the replica publishes it
