@@ -38,8 +38,9 @@ class Orchestrator:
     ``prefill_queue_timeout_s`` bounds the wait for a prefill replica to start the
     prefill; ``prefill_timeout_s`` the prefill itself from then; ``transfer_timeout_s``
     the wait for decode's first token from when the decode replica started the request
-    (the KV read and one step). Waiting in the decode pool's queue has no limit but the
-    request's deadline: a busy decode pool would be as busy for a recompute.
+    (an object-store fetch, the decode engine's own queue, the KV read and one step).
+    Waiting in Serve's queue for the decode pool has no limit but the request's
+    deadline: a busy decode pool would be as busy for a recompute.
     """
 
     def __init__(

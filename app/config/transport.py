@@ -52,9 +52,10 @@ class TransportConfig(Strict):
         30.0,
         gt=0,
         description="Longest wait for decode's first token when it must pull KV, counted "
-        "from when the decode replica started the request (a hung transfer); then the "
-        "next transport is tried. Time in the decode pool's queue does not count, and "
-        "recompute has no such limit.",
+        "from when the decode replica started the request: the object-store fetch, the "
+        "wait in the decode engine's own queue, the read and one step; then the next "
+        "transport is tried. Time in Serve's queue for the decode pool does not count, "
+        "and recompute has no such limit.",
     )
     kv_lease_s: int = Field(
         30,
