@@ -18,7 +18,7 @@ request is refused with 503 and a ``Retry-After`` when
   rate`` for the queue ahead of it, is over ``predicted_share`` of the budget
   (:attr:`Reason.PREDICTED_WAIT`). The prediction is of a typical wait: in a burst the
   last admitted wait about twice as long (the engines slow as the batch grows), and a
-  client on a busy host adds its own delay, so the share (0.25) is below ``headroom``.
+  client on a busy host adds its own delay, so the share (0.35) is below ``headroom``.
 
 A steady load the pools serve in time keeps few requests waiting, each briefly, so its
 predicted wait stays near its real one and nothing is refused; a burst beyond capacity is
@@ -87,7 +87,7 @@ class Admission:
         headroom: float = 0.5,
         window_s: float = 4.0,
         clock: Callable[[], float] = time.monotonic,
-        predicted_share: float = 0.25,
+        predicted_share: float = 0.35,
         min_samples: int = 8,
         on_refuse: Callable[[Reason], None] | None = None,
     ) -> None:

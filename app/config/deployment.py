@@ -155,7 +155,7 @@ class AdmissionConfig(Strict):
         "yet (afterwards: the measured time to drain the queue waiting now).",
     )
     predicted_share: float = Field(
-        0.25,
+        0.35,
         ge=0,
         le=1,
         description="Also refuse a request whose first-token wait, predicted from the queue "
