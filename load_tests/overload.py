@@ -271,6 +271,7 @@ def plot(result: dict[str, Any], out: Path) -> None:
         shed.plot(xs, [100 * v["shed_share"] for v in loads.values()], style, label=name)
     for axes, label in ((goodput, "goodput (req/s, TTFT <= budget)"), (shed, "refused (%)")):
         axes.set_xscale("log", base=2)
+        axes.set_xticks(list(MULTIPLES), [f"{m:g}x" for m in MULTIPLES])
         axes.set_xlabel(f"offered load (x capacity C = {result['capacity_rps']:.1f} req/s)")
         axes.set_ylabel(label)
         axes.grid(alpha=0.3)
