@@ -64,12 +64,16 @@ class Overloaded(Exception):
 
 
 class Ticket:
-    """One admitted request: call :meth:`first_token` once it has one, :meth:`done` at
-    the end (either may be called more than once, in any order)."""
+    """One admitted request: call :meth:`parsed` once its body is read and valid (its
+    wait counts from then), :meth:`first_token` once it has one, :meth:`done` at the end
+    (each may be called more than once, in any order)."""
 
     def __init__(self, admission: Admission, number: int) -> None:
         self._admission = admission
         self._number = number
+
+    def parsed(self) -> None:
+        self._admission._parsed(self._number)
 
     def first_token(self) -> None:
         self._admission._leave(self._number, served=True)
@@ -106,6 +110,9 @@ class Admission:
         self._numbers = itertools.count()
         # admitted, no first token yet -> (since, how many waited ahead of it)
         self._waiting: dict[int, tuple[float, int]] = {}
+        # admitted, body not read yet: they count as waiting, but a client that sends its
+        # body slowly must not make the oldest wait look long
+        self._parsing: set[int] = set()
         # Busy time: seconds during which some admitted request waited, summed so far.
         self._busy_s = 0.0
         self._busy_since: float | None = None  # when the queue last became non-empty
@@ -118,8 +125,10 @@ class Admission:
 
     def oldest_wait_s(self) -> float:
         """How long the longest-waiting admitted request has waited (0 when none)."""
-        oldest = next(iter(self._waiting.values()), None)
-        return 0.0 if oldest is None else self.clock() - oldest[0]
+        for number, (since, _) in self._waiting.items():
+            if number not in self._parsing:
+                return self.clock() - since
+        return 0.0
 
     def drain_rate(self) -> float | None:
         """First tokens per busy second, from the spacing of those served in the last
@@ -158,7 +167,14 @@ class Admission:
         if not self._waiting:
             self._busy_since = now
         self._waiting[number] = (now, self.waiting)
+        self._parsing.add(number)
         return Ticket(self, number)
+
+    def _parsed(self, number: int) -> None:
+        if number in self._parsing:
+            self._parsing.discard(number)
+            _, ahead = self._waiting.pop(number)
+            self._waiting[number] = (self.clock(), ahead)  # waits from now, in order
 
     def _check(self) -> None:
         rate = self.drain_rate() if self.predicted_limit_s > 0 else None
@@ -221,6 +237,7 @@ class Admission:
         entry = self._waiting.pop(number, None)
         if entry is None:
             return
+        self._parsing.discard(number)
         since, ahead = entry
         busy = self._busy_now()
         if not self._waiting and self._busy_since is not None:

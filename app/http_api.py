@@ -227,6 +227,7 @@ class OpenAIServer:
         except APIError as error:
             ticket.done()
             return error_response(error)
+        ticket.parsed()
         self._arrived()
         response = await self._admitted(parsed, request, handler, ticket, arrived)
         if response.status_code == HTTPStatus.SERVICE_UNAVAILABLE:

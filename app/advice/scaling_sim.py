@@ -157,7 +157,9 @@ def simulate_scaling(
     def arrive(state: _State) -> None:
         if admission is not None:
             try:
-                state.on_first_token = admission.admit().first_token
+                ticket = admission.admit()
+                ticket.parsed()  # (the simulator has no request bodies to read)
+                state.on_first_token = ticket.first_token
             except Overloaded:
                 state.first_token = state.finished = math.inf  # a 503: a miss
                 return

@@ -25,13 +25,20 @@ def _admission(clock, **kw):
     return Admission(**{**fields, **kw})
 
 
+def _admit(admission):
+    """Admit, and the body is read at once (the HTTP layer calls ``parsed``)."""
+    ticket = admission.admit()
+    ticket.parsed()
+    return ticket
+
+
 def _serve(admission, clock, count, every_s, concurrency=1):
     """A closed loop: ``concurrency`` requests wait at a time, one served per ``every_s``."""
-    tickets = [admission.admit() for _ in range(concurrency)]
+    tickets = [_admit(admission) for _ in range(concurrency)]
     for _ in range(count):
         clock.now += every_s
         tickets.pop(0).first_token()
-        tickets.append(admission.admit())
+        tickets.append(_admit(admission))
     for ticket in tickets:
         ticket.done()
 
@@ -39,10 +46,10 @@ def _serve(admission, clock, count, every_s, concurrency=1):
 def test_the_hard_cap_refuses_at_once_with_retry_after_and_a_reason():
     refused: list[Reason] = []
     admission = _admission(Clock(), max_waiting=2, retry_after_s=3, on_refuse=refused.append)
-    admission.admit()
-    admission.admit()
+    _admit(admission)
+    _admit(admission)
     with pytest.raises(Overloaded, match="2 requests already wait") as error:
-        admission.admit()
+        _admit(admission)
     # No drain rate measured yet: the configured Retry-After.
     assert error.value.retry_after_s == 3 and error.value.reason is Reason.MAX_WAITING
     assert admission.shed == 1 and refused == [Reason.MAX_WAITING]
@@ -50,7 +57,7 @@ def test_the_hard_cap_refuses_at_once_with_retry_after_and_a_reason():
 
 def test_a_burst_is_admitted_whole_while_no_rate_is_known_and_no_one_waited_long():
     admission = _admission(Clock())
-    tickets = [admission.admit() for _ in range(50)]
+    tickets = [_admit(admission) for _ in range(50)]
     assert admission.waiting == 50 and admission.shed == 0
     for ticket in tickets:
         ticket.first_token()
@@ -60,15 +67,15 @@ def test_a_burst_is_admitted_whole_while_no_rate_is_known_and_no_one_waited_long
 def test_once_the_oldest_waits_past_the_limit_new_requests_are_shed():
     clock = Clock()
     admission = _admission(clock)  # limit: 0.5 x 4 s = 2 s
-    first = admission.admit()
+    first = _admit(admission)
     clock.now += 1.0
-    second = admission.admit()
+    second = _admit(admission)
     clock.now += 1.5  # the oldest has waited 2.5 s
     with pytest.raises(Overloaded, match=r"wait 2\.5 s .*under 2 s") as error:
-        admission.admit()
+        _admit(admission)
     assert error.value.reason is Reason.OLDEST_WAIT
     first.done()  # its client left: the oldest (second) has waited 1.5 s
-    third = admission.admit()
+    third = _admit(admission)
     assert admission.waiting == 2 and admission.shed == 1
     second.done()
     third.done()
@@ -77,12 +84,12 @@ def test_once_the_oldest_waits_past_the_limit_new_requests_are_shed():
 def test_a_request_that_ends_before_its_first_token_leaves_the_queue():
     clock = Clock()
     admission = _admission(clock)
-    ticket = admission.admit()
+    ticket = _admit(admission)
     clock.now += 10
     ticket.done()
     ticket.first_token()  # too late: already left; nothing happens
     assert admission.waiting == 0 and admission.oldest_wait_s() == 0.0
-    admission.admit()
+    _admit(admission)
 
 
 def test_the_drain_rate_counts_busy_time_only():
@@ -102,7 +109,7 @@ def test_a_burst_beyond_what_the_pools_drain_in_time_is_held_to_it():
     admitted = []
     with pytest.raises(Overloaded, match=r"serve 8\.0 a second") as error:
         for _ in range(300):
-            admitted.append(admission.admit())
+            admitted.append(_admit(admission))
     # (waiting + 1) / 8 <= 2 s: 16 admitted; the 17th would wait 2.1 s.
     assert len(admitted) == 16 and error.value.reason is Reason.PREDICTED_WAIT
     assert error.value.retry_after_s == 2  # the 20 waiting drain in 2 s
@@ -119,7 +126,7 @@ def test_a_steady_load_served_in_time_is_never_refused():
 def test_a_cold_start_is_forgotten_after_a_few_busy_seconds():
     clock = Clock()
     admission = _admission(clock)  # window 4 s
-    cold = [admission.admit() for _ in range(8)]
+    cold = [_admit(admission) for _ in range(8)]
     clock.now += 16.0  # the engines were not ready: all 8 waited 16 s
     for ticket in cold:
         ticket.first_token()
@@ -133,11 +140,11 @@ def test_a_cold_start_is_forgotten_after_a_few_busy_seconds():
 def test_one_slow_request_alone_does_not_set_a_rate():
     clock = Clock()
     admission = _admission(clock)
-    ticket = admission.admit()
+    ticket = _admit(admission)
     clock.now += 30.0
     ticket.first_token()
     assert admission.drain_rate() is None
-    [admission.admit() for _ in range(50)]
+    [_admit(admission) for _ in range(50)]
     assert admission.shed == 0
 
 
@@ -145,7 +152,7 @@ def test_the_predicted_wait_rule_can_be_turned_off():
     clock = Clock()
     admission = _admission(clock, predicted_share=0)
     _serve(admission, clock, 40, every_s=0.1)
-    [admission.admit() for _ in range(60)]
+    [_admit(admission) for _ in range(60)]
     assert admission.shed == 0
 
 
@@ -154,7 +161,7 @@ def test_refusals_decided_elsewhere_are_counted_with_the_drain_time():
     refused: list[Reason] = []
     admission = _admission(clock, on_refuse=refused.append)
     _serve(admission, clock, 40, every_s=0.1)
-    [admission.admit() for _ in range(15)]
+    [_admit(admission) for _ in range(15)]
     error = admission.refuse(Reason.POOL_QUEUE_FULL, "full")
     assert error.retry_after_s == 2 and refused == [Reason.POOL_QUEUE_FULL]
     assert admission.refuse(Reason.NOT_READY, "x", retry_after_s=1).retry_after_s == 1
@@ -164,8 +171,27 @@ def test_served_requests_are_kept_only_as_long_as_the_window():
     clock = Clock()
     admission = _admission(clock)  # window 4 s of busy time
     for _ in range(1000):
-        ticket = admission.admit()
+        ticket = _admit(admission)
         clock.now += 0.01
         ticket.first_token()
         clock.now += 0.1
     assert len(admission._served) <= 401
+
+
+def test_a_client_slow_to_send_its_body_does_not_make_others_wait_long():
+    # Admitted at arrival, before its body is read: it counts as waiting, but its wait
+    # starts only once the body is in, so a slow sender cannot shed everyone else.
+    clock = Clock()
+    admission = _admission(clock)  # limit 2 s
+    slow = admission.admit()
+    clock.now += 30.0  # still sending its body
+    assert admission.oldest_wait_s() == 0.0
+    other = admission.admit()
+    other.parsed()
+    assert admission.waiting == 2
+    slow.parsed()
+    clock.now += 1.0
+    assert admission.oldest_wait_s() == 1.0
+    slow.first_token()
+    other.first_token()
+    assert admission.waiting == 0
