@@ -272,13 +272,19 @@ class PoolEngineClient:
             sampling_params=params,
             local_prefill_reason=local_reason,
         )
-        async for chunk in self.orchestrator.run(request, timings, answer_text):
-            timings.output_tokens += len(chunk.token_ids)
-            if not first_token.is_set():
+        try:
+            async for chunk in self.orchestrator.run(request, timings, answer_text):
+                timings.output_tokens += len(chunk.token_ids)
+                if not first_token.is_set():
+                    first_token.set()
+                    if scope is not None and scope.on_first_token is not None:
+                        scope.on_first_token()
+                yield chunk
+        finally:
+            # The samples after the first wait for it: one that ended with no chunk (or
+            # failed) must not keep them waiting until the deadline.
+            if index == 0:
                 first_token.set()
-                if scope is not None and scope.on_first_token is not None:
-                    scope.on_first_token()
-            yield chunk
         if self.on_complete is not None:
             try:
                 self.on_complete(timings)

@@ -6,6 +6,7 @@ pools are fakes, which stream a few tokens.
 
 import asyncio
 import json
+import time
 
 import pytest
 from starlette.testclient import TestClient
@@ -449,3 +450,27 @@ def test_health_and_the_api_answer_503_until_every_pool_serves(engine_client):
     }
     r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 3})
     assert r.status_code == 200
+
+
+class FirstSampleEmptyPool(FakePool):
+    """The first sample's stream ends with no chunk; the others stream normally."""
+
+    async def generate(self, request):
+        if request.local_prefill_reason is None:
+            self.requests.append(request)
+            return
+            yield
+        async for chunk in super().generate(request):
+            yield chunk
+
+
+def test_n_samples_do_not_wait_for_a_first_sample_that_produced_nothing(engine_client):
+    client = _client(engine_client, pool=FirstSampleEmptyPool(), timeout_s=5.0)
+    started = time.monotonic()
+    r = client.post(
+        "/v1/completions",
+        json={"prompt": "hi", "max_tokens": 3, "n": 2, "temperature": 1, "seed": 5},
+    )
+    # Before: sample 1 waited for sample 0's first token until the deadline (504).
+    assert time.monotonic() - started < 4.0
+    assert r.status_code == 200, r.text
