@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 
 from app.config import AppConfig
+from load_tests import aio_stream
 from load_tests.local_app import LocalApp, config_args, merge
 from load_tests.run_conditions import machine
 from load_tests.stats import StreamTiming, summarize
@@ -93,24 +94,27 @@ async def poisson(url: str, rate: float, seconds: float, seed: int) -> dict[str,
     """Open-loop Poisson arrivals at ``rate`` for ``seconds``; every answer counted by
     status. Arrivals are scheduled at absolute times and each TTFT counts from its
     scheduled time, so a client that falls behind shows as latency, not as less load;
-    the rate achieved is reported beside the rate asked (an aiohttp client: on two
-    cores httpx's own cost per stream was ten times aiohttp's)."""
+    the rate achieved is reported beside the rate asked."""
     import aiohttp
 
     rng = random.Random(seed)
     timings: list[StreamTiming] = []
     statuses: dict[str, int] = {}
-    connector = aiohttp.TCPConnector(limit=0)
-    timeout = aiohttp.ClientTimeout(total=900)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    async with aio_stream.session() as client:
 
         async def send(at: float, prompt: list[int], max_tokens: int) -> None:
+            body = {"model": "tiny-llama", "prompt": prompt, "max_tokens": max_tokens}
             try:
-                key, timing = await _aio_request(session, url, prompt, max_tokens, at)
+                got = await aio_stream.stream_completion(
+                    client, url, {**body, "temperature": 0, "ignore_eos": True}, since=at
+                )
             except aiohttp.ClientError as exc:
-                key, timing = type(exc).__name__, None
-            if timing is not None:
-                timings.append(timing)
+                key = type(exc).__name__
+            else:
+                key = _outcome(got)
+                if key == "200" and got.ttft_s is not None:
+                    tokens = int(got.usage.get("completion_tokens") or 0)
+                    timings.append(StreamTiming(got.ttft_s, got.end_s, tokens, got.report))
             statuses[key] = statuses.get(key, 0) + 1
 
         started = time.perf_counter()
@@ -125,42 +129,13 @@ async def poisson(url: str, rate: float, seconds: float, seed: int) -> dict[str,
     }
 
 
-async def _aio_request(
-    session: Any, url: str, prompt: list[int], max_tokens: int, scheduled: float
-) -> tuple[str, StreamTiming | None]:
-    """One streamed completion, timed from ``scheduled`` (perf_counter seconds): its
-    status, and its timing when it was served."""
-    body = {
-        "model": "tiny-llama",
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    ttft = None
-    report = None
-    tokens = 0
-    async with session.post(f"{url}/v1/completions", json=body) as response:
-        if response.status != 200:
-            return f"{response.status}{_why(await response.text())}", None
-        async for raw in response.content:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[len("data: ") :])
-            if "error" in event:
-                return "error event", None
-            if event.get("choices") and ttft is None:
-                ttft = time.perf_counter() - scheduled
-            if event.get("usage"):
-                report = event.get("splitserve")
-                tokens = int(event["usage"].get("completion_tokens") or 0)
-    end = time.perf_counter() - scheduled
-    if ttft is None:
-        return "no tokens", None
-    return "200", StreamTiming(ttft=ttft, end=end, output_tokens=tokens, server=report)
+def _outcome(got: aio_stream.Streamed) -> str:
+    """How a request ended: "200", a status and the rule that refused it, "error event"."""
+    if got.status != 200:
+        return f"{got.status}{_why(got.error)}"
+    if got.error:
+        return "error event"
+    return "200" if got.ttft_s is not None else "no tokens"
 
 
 _REASONS = (  # a 503's message -> the admission rule that refused it (app.admission)

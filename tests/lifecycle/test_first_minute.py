@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import statistics
@@ -28,9 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import httpx
 import pytest
+
+from load_tests.aio_stream import session, stream_completion
 
 ROOT = Path(__file__).parents[2]
 DIRECT = "http://127.0.0.1:8100"
@@ -44,50 +44,20 @@ def _prompt(salt: int, length: int) -> list[int]:
     return [10 + (salt * 7919 + i * 104729) % 900 for i in range(length)]
 
 
-async def _stream(
-    session: aiohttp.ClientSession, url: str, prompt: list[int], max_tokens: int
-) -> dict[str, Any]:
+async def _stream(client: Any, url: str, prompt: list[int], max_tokens: int) -> dict[str, Any]:
     """One streamed completion: status, seconds to the answer's head and first token,
-    Retry-After, and the ``splitserve`` report of its usage event.
-
-    (aiohttp, not httpx: on two cores shared with the engines, httpx's own cost for 300
-    concurrent streams was 1.7 s before a trivial server's answer; aiohttp's 0.15 s.)
-    """
-    body = {
-        "model": "tiny-llama",
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
+    Retry-After, and the ``splitserve`` report of its usage event."""
+    body = {"model": "tiny-llama", "prompt": prompt, "max_tokens": max_tokens}
+    got = await stream_completion(client, url, {**body, "temperature": 0, "ignore_eos": True})
+    return {
+        "status": got.status,
+        "head_s": got.head_s,
+        "ttft_s": got.ttft_s,
+        "retry_after": got.retry_after,
+        "report": got.report,
+        "tokens": int(got.usage.get("completion_tokens") or 0),
+        "error": got.error,
     }
-    sent = time.perf_counter()
-    result: dict[str, Any] = {"status": 0, "ttft_s": None, "report": None, "tokens": 0}
-    async with session.post(f"{url}/v1/completions", json=body) as response:
-        result["status"] = response.status
-        result["head_s"] = time.perf_counter() - sent
-        result["retry_after"] = response.headers.get("Retry-After")
-        if response.status != 200:
-            result["error"] = await response.text()
-            return result
-        async for raw in response.content:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[len("data: ") :])
-            if event.get("choices") and result["ttft_s"] is None:
-                result["ttft_s"] = time.perf_counter() - sent
-            if event.get("usage"):
-                result["tokens"] = event["usage"]["completion_tokens"]
-                result["report"] = event.get("splitserve")
-    return result
-
-
-def _session() -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=300)
-    )
 
 
 def _p99(values: list[float]) -> float:
@@ -98,21 +68,21 @@ def _p99(values: list[float]) -> float:
 async def _closed_loop(url: str, clients: int, total: int) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     counter = iter(range(total))
-    async with _session() as session:
+    async with session() as client:
 
         async def worker() -> None:
             for n in counter:
-                results.append(await _stream(session, url, _prompt(1000 + n, 128), 128))
+                results.append(await _stream(client, url, _prompt(1000 + n, 128), 128))
 
         await asyncio.gather(*(worker() for _ in range(clients)))
     return results
 
 
 async def _burst(url: str, streams: int) -> list[dict[str, Any]]:
-    async with _session() as session:
+    async with session() as client:
         return list(
             await asyncio.gather(
-                *(_stream(session, url, _prompt(5000 + n, 128), 64) for n in range(streams))
+                *(_stream(client, url, _prompt(5000 + n, 128), 64) for n in range(streams))
             )
         )
 
@@ -268,9 +238,9 @@ def _has(page: str, series: str) -> bool:
 
 
 async def _burst_of(count: int, length: int, salt: int) -> list[dict[str, Any]]:
-    async with _session() as session:
+    async with session() as client:
         return list(
             await asyncio.gather(
-                *(_stream(session, DIRECT, _prompt(salt + n, length), 16) for n in range(count))
+                *(_stream(client, DIRECT, _prompt(salt + n, length), 16) for n in range(count))
             )
         )
