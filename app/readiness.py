@@ -23,6 +23,7 @@ runs without Ray.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -154,6 +155,13 @@ class Readiness:
             self.update(pool, serving)
 
         await asyncio.gather(*(ask(pool) for pool in self.pools))
+
+    async def first_look(self, timeout_s: float) -> None:
+        """Ask every pool once, for at most ``timeout_s`` (a pool that does not answer in
+        time stays as it was)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self.probe_once()
 
     def start(self) -> None:
         """Probe every ``interval_s`` from now on, in this event loop (idempotent)."""

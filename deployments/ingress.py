@@ -26,10 +26,13 @@ from app.request_timings import RequestTimings
 from deployments.cluster_env import missing_cluster_env
 from deployments.metrics_export import RayMetricsExport
 from deployments.pool_client import ServePoolClient
-from deployments.pool_probe import ServePoolProbe
+from deployments.pool_probe import ServePoolProbe, serving_now
 from deployments.serve_logging import keeping_serve_logs
 
 logger = logging.getLogger("ray.serve")
+
+# How long the constructor waits for the pools' first answer.
+FIRST_LOOK_S = 2.0
 
 
 @serve.ingress()
@@ -37,7 +40,7 @@ class Ingress:
     """vLLM's OpenAI layer in front; its engine requests drive prefill, then decode."""
 
     @keeping_serve_logs  # vLLM's logging set-up closes Serve's log handler
-    def __init__(self, config: AppConfig, decode: Any, prefill: Any = None) -> None:
+    async def __init__(self, config: AppConfig, decode: Any, prefill: Any = None) -> None:  # type: ignore[misc]
         if config.ingress.cpu_affinity is not None:
             cores = pin_process(config.ingress.cpu_affinity, "ingress.cpu_affinity")
             logger.info("ingress bound to cores %s", sorted(cores))
@@ -65,7 +68,7 @@ class Ingress:
             max_prefill_backlog=config.router.max_prefill_backlog,
             migration=config.migration,
             on_transfer=metrics.record,
-            prefill_serving=lambda: self._readiness.serving("prefill"),
+            prefill_serving=lambda: serving_now(prefill, self._readiness.serving("prefill")),
         )
         # What the SLO policy's model check reads (record_autoscaling_stats).
         self._demand = DemandMeter()
@@ -102,6 +105,11 @@ class Ingress:
             readiness=self._readiness,
             on_refuse=RayAdmissionMetrics(application).refused,
         )
+        # Ask the pools once before Serve routes here: an ingress replica added to a
+        # running app (a redeploy, a scale-up) starts ready instead of refusing its
+        # first requests for a probe interval. At the app's start the pools are still
+        # loading: it starts "starting" and goes on asking (app.readiness).
+        await self._readiness.first_look(FIRST_LOOK_S)
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._server.asgi_app()

@@ -52,6 +52,13 @@ class ServePoolProbe:
         return count > 0
 
 
+def serving_now(handle: Any, fallback: bool) -> bool:
+    """Whether ``handle``'s pool has a replica to route to at this moment (the per-request
+    check: no probe interval of lag); ``fallback`` when that cannot be read."""
+    count = routable_replicas(handle)
+    return fallback if count is None else count > 0
+
+
 def routable_replicas(handle: Any) -> int | None:
     """How many replicas ``handle``'s router routes to now; None if it cannot be read."""
     router = getattr(getattr(handle, "_router", None), "_asyncio_router", None)

@@ -29,6 +29,26 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def wait_ready(url: str, timeout_s: float = 120.0) -> None:
+    """Poll ``url``/health until it answers 200, as a client should: the ingress answers
+    503 until every pool has a warm replica (app.readiness), which it learns a moment
+    after Serve counts the pools running."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url}/health did not answer 200 within {timeout_s:g} s")
+        time.sleep(0.2)
+
+
 class LocalApp:
     """A Ray cluster + one Serve app; use as a context manager."""
 
@@ -86,6 +106,11 @@ class LocalApp:
         # With direct ingress (the cluster settings' default) the app's one ingress
         # replica serves on the range's first port, without the proxy's hop.
         self.url = f"http://127.0.0.1:{direct_port}" if direct_port else self.proxy_url
+        try:
+            wait_ready(self.url)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def _deploy_with_policy(self, args: dict[str, Any], policy: dict[str, Any]) -> None:

@@ -152,9 +152,12 @@ class TestnetCluster:
         from ray import serve
 
         from deployments.builder import build_app
+        from load_tests.local_app import wait_ready
 
         serve.run(build_app(args), name=name, route_prefix=route_prefix)
-        return self.url + route_prefix.rstrip("/")
+        url = self.url + route_prefix.rstrip("/")
+        wait_ready(url)
+        return url
 
     def __exit__(self, *exc: object) -> None:
         import ray

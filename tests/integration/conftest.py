@@ -19,6 +19,7 @@ import pytest
 from app.net import free_port
 from deployments.cluster_env import harness_ports, serve_cluster_env
 from load_tests.local_app import config_args as load_args
+from load_tests.local_app import wait_ready
 
 CONFIGS = Path(__file__).parents[2] / "serve_configs"
 
@@ -113,6 +114,8 @@ def apps() -> Any:
         else:
             # The tests go the way `make run` serves: straight to each app's ingress.
             urls = _direct_ingress_urls(direct_port, 2)
+        for url in (urls["/"], urls["/colocated"], proxy):
+            wait_ready(url)
         yield Apps(
             disaggregated=urls["/"],
             colocated=urls["/colocated"],

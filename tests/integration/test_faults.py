@@ -27,6 +27,7 @@ from tests.integration.faults import (
     prefill_once,
     wait_healthy,
     wait_processes_gone,
+    wait_until,
 )
 from tests.integration.helpers import GREEDY, complete, random_prompt
 
@@ -146,6 +147,12 @@ async def test_prefill_killed_before_decode_pulls(apps, http, kind, seed):
     assert time.monotonic() - started < 60
     wait_processes_gone(prefill.engine_pids)
     wait_healthy("Prefill")
+    # The app says so too, as a client or a load balancer sees it.
+    wait_until(
+        lambda: http.get(f"{apps.disaggregated}/health").json()["status"] == "ok",
+        30,
+        "/health to say every pool serves",
+    )
     # The new prefill replica joined a running app: it met the decode replica before it
     # was ready, over every transport, so its first request moves over NIXL at once.
     warmup = call("Prefill", "warmup_report")

@@ -28,7 +28,8 @@ async def test_a_burst_beyond_the_limit_is_shed_and_the_admitted_complete(apps: 
     assert len(shed) >= BURST - 2 * ADMISSION_MAX_WAITING, statuses
     assert len(served) >= ADMISSION_MAX_WAITING // 2, statuses
     for answer in shed:
-        assert answer.headers["retry-after"] == "1"
+        # The measured time for the queue waiting now to drain, in whole seconds.
+        assert 1 <= int(answer.headers["retry-after"]) <= 60
         assert "overloaded" in answer.json()["error"]["message"]
     for answer in served:
         assert answer.json()["usage"]["completion_tokens"] == 4

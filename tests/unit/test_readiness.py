@@ -110,3 +110,18 @@ def test_start_probes_until_ready_then_keeps_going():
         readiness._task.cancel()
 
     asyncio.run(scenario())
+
+
+def test_the_first_look_is_bounded_and_can_find_the_app_ready():
+    async def scenario():
+        hanging = _readiness(Pools(prefill=None, decode=True), timeout_s=60)
+        started = asyncio.get_running_loop().time()
+        await hanging.first_look(0.05)
+        assert asyncio.get_running_loop().time() - started < 1
+        assert not hanging.ready and hanging.states["prefill"] is PoolState.STARTING
+        assert hanging.states["decode"] is PoolState.SERVING  # it answered in time
+        running = _readiness(Pools(prefill=True, decode=True))
+        await running.first_look(1.0)
+        assert running.ready  # an ingress added to a running app starts ready
+
+    asyncio.run(scenario())
