@@ -31,17 +31,14 @@ import httpx
 import pytest
 
 from load_tests.aio_stream import session, stream_completion
+from tests.integration.helpers import random_prompt
+from tests.lifecycle.leftovers import wait_gone
 
 ROOT = Path(__file__).parents[2]
 DIRECT = "http://127.0.0.1:8100"
 PROXY = "http://127.0.0.1:8000"
 TTFT_BUDGET_S = 5.0  # admission.ttft_budget_s, the default
 pytestmark = pytest.mark.integration
-
-
-def _prompt(salt: int, length: int) -> list[int]:
-    """Token ids no other request shares (no prefix-cache hit hides a prefill)."""
-    return [10 + (salt * 7919 + i * 104729) % 900 for i in range(length)]
 
 
 async def _stream(client: Any, url: str, prompt: list[int], max_tokens: int) -> dict[str, Any]:
@@ -72,7 +69,7 @@ async def _closed_loop(url: str, clients: int, total: int) -> list[dict[str, Any
 
         async def worker() -> None:
             for n in counter:
-                results.append(await _stream(client, url, _prompt(1000 + n, 128), 128))
+                results.append(await _stream(client, url, random_prompt(1000 + n, 128), 128))
 
         await asyncio.gather(*(worker() for _ in range(clients)))
     return results
@@ -82,7 +79,7 @@ async def _burst(url: str, streams: int) -> list[dict[str, Any]]:
     async with session() as client:
         return list(
             await asyncio.gather(
-                *(_stream(client, url, _prompt(5000 + n, 128), 64) for n in range(streams))
+                *(_stream(client, url, random_prompt(5000 + n, 128), 64) for n in range(streams))
             )
         )
 
@@ -145,7 +142,7 @@ def test_the_first_minute_from_make_run(tmp_path: Path) -> None:
             process.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
-        _wait_gone()
+        wait_gone()
     text = log.read_text(errors="replace")
 
     # Every check, each failure listed (a first minute fails in several ways at once).
@@ -212,21 +209,6 @@ def test_the_first_minute_from_make_run(tmp_path: Path) -> None:
     assert not failed, "\n".join(failed)
 
 
-def _wait_gone(timeout_s: float = 60) -> None:
-    """Wait for the cluster's processes to exit (the next test starts its own)."""
-    import psutil
-
-    marks = ("raylet", "gcs_server", "ray::", "VLLM::EngineCore")
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not any(
-            any(m in " ".join(p.info["cmdline"] or ()) for m in marks)
-            for p in psutil.process_iter(["cmdline"])
-        ):
-            return
-        time.sleep(1)
-
-
 def _has(page: str, series: str) -> bool:
     """Whether ``page`` has a sample of ``series`` (``name{label="value"`` or ``name{``),
     whatever the order of its labels."""
@@ -241,6 +223,9 @@ async def _burst_of(count: int, length: int, salt: int) -> list[dict[str, Any]]:
     async with session() as client:
         return list(
             await asyncio.gather(
-                *(_stream(client, DIRECT, _prompt(salt + n, length), 16) for n in range(count))
+                *(
+                    _stream(client, DIRECT, random_prompt(salt + n, length), 16)
+                    for n in range(count)
+                )
             )
         )

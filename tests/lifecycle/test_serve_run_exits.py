@@ -19,20 +19,10 @@ import httpx
 import psutil
 import pytest
 
+from tests.lifecycle.leftovers import ours, wait_gone
+
 ROOT = Path(__file__).parents[2]
 pytestmark = pytest.mark.integration
-
-LEFTOVERS = ("raylet", "gcs_server", "ray::", "VLLM::EngineCore", "default_worker.py")
-
-
-def _ours() -> list[psutil.Process]:
-    """Ray and engine processes on this machine (the session starts with none)."""
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(process.info["cmdline"] or ())
-        if any(mark in cmdline for mark in LEFTOVERS):
-            found.append(process)
-    return found
 
 
 def _shm() -> set[str]:
@@ -62,7 +52,7 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 6
     ],
 )
 def test_serve_run_stops_cleanly(config: str, stop: signal.Signals, tmp_path: Path) -> None:
-    assert not _ours(), "another Ray cluster or engine runs on this machine"
+    assert not ours(), "another Ray cluster or engine runs on this machine"
     shm_before = _shm()
     log = tmp_path / "serve_run.log"
     # As under `make test &` or in CI: a background job starts with SIGINT ignored.
@@ -87,14 +77,12 @@ def test_serve_run_stops_cleanly(config: str, stop: signal.Signals, tmp_path: Pa
             rc = process.wait(timeout=120)
         finally:
             if process.poll() is None:  # failed: leave nothing for the next case
-                for leftover in [process, *_ours()]:
+                for leftover in [process, *ours()]:
                     with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
                         leftover.kill()
     text = log.read_text(errors="replace")
     assert rc == 0, text[-3000:]
     assert "Traceback" not in text and "SIGTERM received" not in text, text[-3000:]
-    deadline = time.monotonic() + 60
-    while _ours() and time.monotonic() < deadline:
-        time.sleep(1)
-    assert not _ours(), [p.info["cmdline"] for p in _ours()]
+    wait_gone()
+    assert not ours(), [p.info["cmdline"] for p in ours()]
     assert _shm() - shm_before == set()
