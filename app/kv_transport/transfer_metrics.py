@@ -16,6 +16,7 @@ from typing import Any
 from app.kv_transport.failure import FailureKind
 from app.kv_transport.fallback import TransferReport, Transport
 from app.metric_zero import start_at_zero
+from app.routing.disaggregation import LOCAL_REASONS, REMOTE_REASONS
 
 _SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]
 
@@ -82,11 +83,8 @@ class RayTransferMetrics:
         start_at_zero(self._unserved)
         start_at_zero(
             self._decisions,
-            [{"decision": "remote", "reason": "long_prompt"}]
-            + [
-                {"decision": "local", "reason": reason}
-                for reason in ("short_prompt", "prefill_backlog", "prefill_unavailable")
-            ],
+            [{"decision": "remote", "reason": reason} for reason in REMOTE_REASONS]
+            + [{"decision": "local", "reason": reason} for reason in LOCAL_REASONS],
         )
 
     def record(self, report: TransferReport) -> None:

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The reasons decide() gives of its own (a request may bring others: "prompt_logprobs",
+# "parallel_sample").
+REMOTE_REASONS = ("long_prompt",)
+LOCAL_REASONS = ("short_prompt", "prefill_unavailable", "prefill_backlog")
+
 
 @dataclass(frozen=True)
 class Decision:

@@ -90,3 +90,18 @@ def test_prefix_memory_keeps_only_live_replicas():
     policy.retain({"a", "d"})
     assert policy.matched_blocks("a", hashes) == 4
     assert policy.matched_blocks("b", hashes) == 0 and set(policy._seen) == {"a"}
+
+
+def test_the_decision_reasons_metrics_start_at_zero_are_the_ones_decide_gives():
+    from app.routing.disaggregation import LOCAL_REASONS, REMOTE_REASONS, decide
+
+    given = {
+        decide(100, 512, 0, 16),
+        decide(600, 512, 0, 16, prefill_serving=False),
+        decide(600, 512, 16, 16),
+        decide(600, 512, 0, 16),
+    }
+    assert {(d.remote, d.reason) for d in given} == {
+        *((True, r) for r in REMOTE_REASONS),
+        *((False, r) for r in LOCAL_REASONS),
+    }
