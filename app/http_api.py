@@ -147,9 +147,7 @@ class OpenAIServer:
         if self.readiness.ready:
             return None
         refusal = self.admission.refuse(
-            Reason.NOT_READY,
-            self.readiness.not_ready_error(),
-            max(1, round(self.readiness.interval_s)),
+            Reason.NOT_READY, self.readiness.not_ready_error(), self.readiness.retry_after_s
         )
         error = APIError(str(refusal), HTTPStatus.SERVICE_UNAVAILABLE)
         return _error_json(error.body(), error.status, refusal.retry_after_s)
@@ -260,7 +258,7 @@ class OpenAIServer:
             if failed is not None:
                 await result.aclose()
                 status = int(failed["error"].get("code") or 500)
-                return _error_json(failed, status, self.admission.retry_after())
+                return self._error(failed, status)
             streaming = True
             events = _with_report(first, result, scope.timings, ticket.done)
             return StreamingResponse(events, media_type="text/event-stream")
@@ -269,6 +267,11 @@ class OpenAIServer:
         finally:
             if not streaming:
                 ticket.done()
+
+    def _error(self, body: dict[str, Any], status: int) -> JSONResponse:
+        """An error answer; a 503 tells when to retry: the measured drain time."""
+        retry = self.admission.retry_after() if status == HTTPStatus.SERVICE_UNAVAILABLE else 0
+        return _error_json(body, status, retry)
 
     def _arrived(self) -> None:
         if self.on_arrival is not None:
@@ -281,7 +284,7 @@ class OpenAIServer:
         from vllm.entrypoints.serve.engine.protocol import ErrorResponse
 
         if isinstance(result, ErrorResponse):
-            return _error_json(result.model_dump(), result.error.code, self.admission.retry_after())
+            return self._error(result.model_dump(), result.error.code)
         return JSONResponse(result.model_dump())
 
     def _vllm_error(self, exc: Exception) -> JSONResponse:
@@ -293,7 +296,7 @@ class OpenAIServer:
         error = create_error_response(exc)
         if error.error.code >= HTTPStatus.INTERNAL_SERVER_ERROR:
             logger.error("request failed: %s", exc, exc_info=exc)
-        return _error_json(error.model_dump(), error.error.code, self.admission.retry_after())
+        return self._error(error.model_dump(), error.error.code)
 
     async def _parse(self, request: Request, model: TypeAdapter[Any]) -> Any:
         self._authorize(request)

@@ -113,9 +113,14 @@ class Readiness:
                 self.ready_at - self.started_at,
             )
 
+    @property
+    def retry_after_s(self) -> int:
+        """The ``Retry-After`` of a 503 while a pool is missing: the next probe's time."""
+        return max(1, round(self.interval_s))
+
     def health(self) -> Health:
         pools = {pool: state.value for pool, state in self.states.items()}
-        retry = max(1, round(self.interval_s))
+        retry = self.retry_after_s
         if not self.ready:
             starting = [p for p, s in self.states.items() if s is PoolState.STARTING]
             detail = f"waiting for a warm replica of {', '.join(starting)}"
