@@ -36,7 +36,7 @@ from app.metrics_page import CONTENT_TYPE
 from app.openai_frontend import Frontend
 from app.readiness import Readiness
 from app.request_report import splitserve_field
-from app.request_timings import RequestTimings
+from app.sse_report import SSE_DONE, error_event, with_report
 
 logger = logging.getLogger("splitserve.http")
 
@@ -50,7 +50,6 @@ REFUSED = {
     "prompt_embeds": "prompt embeddings are not served: send text or token ids",
 }
 
-SSE_DONE = "data: [DONE]\n\n"
 Handler = Callable[[Any, Request], Awaitable[Any]]
 MetricsPage = Callable[[], Awaitable[str]]
 
@@ -254,13 +253,13 @@ class OpenAIServer:
                 first = await anext(result)
             except StopAsyncIteration:
                 first = SSE_DONE
-            failed = _error_event(first)
+            failed = error_event(first)
             if failed is not None:
                 await result.aclose()
                 status = int(failed["error"].get("code") or 500)
                 return self._error(failed, status)
             streaming = True
-            events = _with_report(first, result, scope.timings, ticket.done)
+            events = with_report(first, result, scope.timings, ticket.done)
             return StreamingResponse(events, media_type="text/event-stream")
         except Exception as exc:
             return self._vllm_error(exc)
@@ -349,43 +348,6 @@ class OpenAIServer:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise bad_request(f"request body is not valid JSON: {exc}") from exc
-
-
-async def _with_report(
-    first: str,
-    events: AsyncIterator[str],
-    timings: list[RequestTimings],
-    on_end: Callable[[], None],
-) -> AsyncIterator[str]:
-    """Re-yield the SSE ``events``; the usage event (the last before ``[DONE]``, sent when
-    the client asked for usage) gets the ``splitserve`` field. ``on_end`` runs at the
-    end, however the stream ends."""
-    held = first
-    try:
-        async for event in events:
-            if event == SSE_DONE and '"usage"' in held and timings:
-                held = _add_report(held, timings)
-            yield held
-            held = event
-        yield held
-    finally:
-        on_end()
-        await events.aclose()  # type: ignore[attr-defined]
-
-
-def _add_report(event: str, timings: list[RequestTimings]) -> str:
-    body = json.loads(event[len("data: ") :])
-    if body.get("usage") is None or "error" in body:
-        return event
-    body["splitserve"] = splitserve_field(timings)
-    return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
-
-
-def _error_event(event: str) -> dict[str, Any] | None:
-    if not event.startswith('data: {"error"'):
-        return None
-    body: dict[str, Any] = json.loads(event[len("data: ") :])
-    return body
 
 
 def _error_json(body: dict[str, Any], status: int, retry_after_s: int) -> JSONResponse:
