@@ -31,7 +31,7 @@ from app.config import AppConfig
 from app.cpu_affinity import CORE_LIST, pin_children
 from app.engine_metrics import BusyClock, pool_stat_logger
 from app.engine_setup import engine_arguments, engine_environment, side_channel_host
-from app.kv_transport import lease_release, object_store
+from app.kv_transport import lease_release, object_store, read_deadline
 from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Transport
 from app.kv_transport.kv_read import nixl_read
@@ -242,16 +242,20 @@ class EngineServer:
                     yield TokenChunk("", [], transfer_failed=failure)
                     return
                 kv = {LOAD_PATH: path, NUM_TOKENS: request.kv_num_tokens}
+            elif kv is not None and request.kv_expires_at is not None:
+                # The connector refuses the read if it would start later than this.
+                kv = {
+                    **kv,
+                    read_deadline.READ_BY: request.kv_expires_at,
+                    read_deadline.READER: request.request_id,
+                }
             if kv is not None:
                 params.extra_args = {**(params.extra_args or {}), "kv_transfer_params": kv}
             first = True
             async for output in self._run(request, params):
                 completion = output.outputs[0]
                 if first and kv and completion.finish_reason == "error":
-                    failure = TransferFailure(
-                        FailureKind.KV_LOAD, "the decode engine could not load the KV"
-                    )
-                    yield TokenChunk("", [], transfer_failed=failure)
+                    yield TokenChunk("", [], transfer_failed=await self._load_failure(request))
                     return
                 if output.finished and output.kv_transfer_params:
                     kv_bytes, fetch_s = nixl_read(output.kv_transfer_params) or (
@@ -278,6 +282,25 @@ class EngineServer:
             self.streams -= 1
             if path is not None:
                 object_store.remove(path)
+
+    async def _load_failure(self, request: GenerateRequest) -> TransferFailure:
+        """Why the engine could not load a request's KV: its read refused as too late
+        (:mod:`app.kv_transport.read_deadline`), or the load itself failed."""
+        if request.kv_transfer_params is not None and request.kv_expires_at is not None:
+            try:
+                answers = await self.engine.collective_rpc(
+                    read_deadline.METHOD, args=([request.request_id],)
+                )
+            except Exception:  # an engine without the extension: a plain load failure
+                answers = [[]]
+            if request.request_id in answers[0]:
+                late = time.time() - request.kv_expires_at
+                return TransferFailure(
+                    FailureKind.KV_EXPIRED,
+                    f"the decode engine refused to read the KV {late:.1f} s after its "
+                    "deadline (prefill's lease may have freed the blocks)",
+                )
+        return TransferFailure(FailureKind.KV_LOAD, "the decode engine could not load the KV")
 
     def chunk_interval(self) -> float:
         """Seconds between a stream's chunks: streams / budget, capped by the interval."""
@@ -330,6 +353,15 @@ class EngineServer:
             await asyncio.sleep(0.05)
         logger.debug("release of %s's KV blocks: %s", request_id, outcome.value)
         return outcome
+
+    async def hold_scheduling(self, seconds: float) -> None:
+        """Stop the engine scheduling any step for ``seconds``, then resume; requests wait,
+        none is lost. A stalled engine as fault tests need it (a read that starts late)."""
+        await self.engine.pause_generation(mode="keep", clear_cache=False)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            await self.engine.resume_generation()
 
     async def all_blocks_free(self) -> bool:
         """True when the engine holds no KV block for any request.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from app.config import AppConfig, PoolConfig
-from app.kv_transport import lease_release, nixl_progress
+from app.kv_transport import lease_release, nixl_progress, read_deadline
 from app.kv_transport.fallback import Transport, engine_transports, nixl_installed
 from app.records import Role
 
@@ -113,10 +113,14 @@ def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: 
 
     model = config.model
     kv_transfer = kv_transfer_config(role, config, engine_id)
-    # Prefill engines that keep NIXL blocks can free a failed attempt's at once.
-    nixl_producer = role is Role.PREFILL and Transport.NIXL in engine_transports(
-        config.transport.kind, nixl_installed()
-    )
+    # Prefill engines that keep NIXL blocks can free a failed attempt's at once; decode
+    # engines that read them say which reads they refused as late.
+    nixl = Transport.NIXL in engine_transports(config.transport.kind, nixl_installed())
+    extension = ""
+    if nixl and role is Role.PREFILL:
+        extension = lease_release.EXTENSION
+    elif nixl and role is Role.DECODE:
+        extension = read_deadline.EXTENSION
     return AsyncEngineArgs(
         model=model_path,
         served_model_name=[model.name],
@@ -130,7 +134,7 @@ def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: 
         seed=model.seed,
         max_num_seqs=model.max_num_seqs,
         kv_transfer_config=kv_transfer,
-        worker_extension_cls=lease_release.EXTENSION if nixl_producer else "",
+        worker_extension_cls=extension,
         structured_outputs_config=StructuredOutputsConfig(
             backend=model.structured_outputs_backend,
             reasoning_parser=config.openai.reasoning_parser or "",

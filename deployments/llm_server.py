@@ -137,6 +137,10 @@ class LLMServer:
     async def all_blocks_free(self) -> bool:
         return await self.server.all_blocks_free()
 
+    async def hold_scheduling(self, seconds: float) -> None:
+        """Fault injection: the engine schedules nothing for ``seconds`` (app.engine)."""
+        await self.server.hold_scheduling(seconds)
+
     def process_info(self) -> dict[str, Any]:
         """PIDs, RSS and the address of the Ray node this replica runs on."""
         import ray.util

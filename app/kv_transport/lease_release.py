@@ -47,8 +47,8 @@ def end_leases(worker: Any, request_ids: list[str]) -> dict[str, Release]:
     return outcome
 
 
-def nixl_worker() -> Any:
-    """This engine process's NIXL connector worker (inside a MultiConnector or not), or None."""
+def nixl_connector() -> Any:
+    """This engine process's NIXL connector (inside a MultiConnector or not), or None."""
     from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
     from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlPullConnector
 
@@ -57,8 +57,14 @@ def nixl_worker() -> Any:
     group = get_kv_transfer_group()
     for connector in [group, *getattr(group, "sub_connectors", ())]:
         if isinstance(connector, NixlPullConnector):
-            return connector.connector_worker
+            return connector
     return None
+
+
+def nixl_worker() -> Any:
+    """This engine process's NIXL connector worker, or None."""
+    connector = nixl_connector()
+    return None if connector is None else connector.connector_worker
 
 
 class KvLeaseRelease:

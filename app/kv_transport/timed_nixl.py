@@ -1,7 +1,14 @@
-"""vLLM's NIXL connector, reporting each request's KV read: bytes and seconds, measured.
+"""vLLM's NIXL connector, refusing late reads and reporting each read: bytes and seconds.
 
 :class:`TimedNixlConnector` is vLLM's ``NixlConnector`` (the pull connector), unchanged
-but for what its scheduler side records on a decode engine:
+but for two things on a decode engine.
+
+It refuses a read whose deadline has passed (:mod:`app.kv_transport.read_deadline`): the
+scheduler side passes each new read's deadline to the worker side with the step's
+metadata, and the worker side fails a late read before it starts, as vLLM fails a read
+it cannot make (the request ends with ``finish_reason`` "error"; no block is read).
+
+And it records each read, on its scheduler side:
 
 - when the scheduler allocates blocks for a request whose KV is remote, the read starts
   (``update_state_after_alloc`` with external tokens): the time and the blocks to read;
@@ -25,6 +32,7 @@ from typing import Any
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlPullConnector
 
 from app.kv_transport.kv_read import READ_BYTES, READ_SECONDS
+from app.kv_transport.read_deadline import READ_BY, READER, RefusedReads, late_reads
 
 NAME = "TimedNixlConnector"
 
@@ -37,6 +45,45 @@ class TimedNixlConnector(NixlPullConnector):
         blocks = int(getattr(kv_cache_config, "num_blocks", 0) or 0)
         self._block_bytes = sum(t.size for t in tensors) // blocks if blocks else 0
         self._reads: dict[str, list[float]] = {}  # request -> [start, end, bytes]
+        self.refused_reads = RefusedReads()  # worker side: reads refused as late
+
+    def build_connector_meta(self, scheduler_output: Any) -> Any:
+        # The deadlines of the reads this step starts (the base clears its list of them).
+        scheduler = self.connector_scheduler
+        assert scheduler is not None
+        deadlines = {
+            request_id: (float(params[READ_BY]), str(params.get(READER, request_id)))
+            for request_id, (request, *_) in scheduler._reqs_need_recv.items()
+            if (params := request.kv_transfer_params) and params.get(READ_BY) is not None
+        }
+        metadata: Any = super().build_connector_meta(scheduler_output)
+        metadata.splitserve_read_by = deadlines
+        return metadata
+
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        metadata: Any = self._get_connector_metadata()
+        read_by: dict[str, tuple[float, str]] = getattr(metadata, "splitserve_read_by", {})
+        deadlines = {request_id: deadline for request_id, (deadline, _) in read_by.items()}
+        awaiting = [rid for rid, meta in metadata.reqs_to_recv.items() if meta.awaiting_kvs]
+        for request_id in late_reads(deadlines, awaiting, time.time()):
+            self._refuse(request_id, metadata.reqs_to_recv.pop(request_id))
+            self.refused_reads.add(read_by[request_id][1])
+        super().start_load_kv(forward_context, **kwargs)
+
+    def _refuse(self, request_id: str, meta: Any) -> None:
+        """Fail a read before it starts, the way vLLM fails one whose peer it cannot reach:
+        the scheduler then ends the request with an error (``kv_load_failure_policy``
+        "fail") and frees its blocks; prefill's lease frees the remote ones."""
+        worker = self.connector_worker
+        assert worker is not None
+        meta.local_physical_block_ids = worker._logical_to_kernel_block_ids(
+            meta.local_block_ids, worker._physical_blocks_per_logical_kv_block
+        )
+        worker._recving_metadata[request_id] = meta
+        worker._handle_failed_transfer(
+            request_id, None, worker._recv_failures, record_failed_transfer=False
+        )
+        worker.xfer_stats.record_kv_expired_req()  # type: ignore[no-untyped-call]
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> Any:
         if num_external_tokens > 0:

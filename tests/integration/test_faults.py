@@ -70,6 +70,56 @@ def test_lease_expiry_frees_unpulled_prefill_blocks(apps):
     assert time.monotonic() - started >= TEST_KV_LEASE_S * 0.5
 
 
+class StalledDecode(PoolClient):
+    """The real decode pool, whose engine stops stepping for ``seconds`` as a request
+    carrying NIXL KV arrives: the read starts only after that."""
+
+    def __init__(self, seconds: float):
+        self.inner = ServePoolClient(handle("Decode"))
+        self.seconds = seconds
+        self.hold = None
+
+    def prefill(self, request, transport):
+        raise AssertionError("not a prefill pool")
+
+    async def generate(self, request):
+        if request.kv_transfer_params is not None and self.hold is None:
+            self.hold = handle("Decode").hold_scheduling.remote(self.seconds)
+            await asyncio.sleep(0.5)  # the engine is paused before the request reaches it
+        async for item in self.inner.generate(request):
+            yield item
+
+
+async def test_a_read_that_would_start_after_prefills_lease_is_refused(apps, http):
+    """The heartbeat gap: decode gets the request in time, but its engine reads only after
+    prefill's lease ran out (no step, so no heartbeat renewed it), when prefill may have
+    reused the blocks. The connector refuses the read (``kv_expired``), the next transport
+    serves, and the answer, and a later one sharing the prompt's prefix, equal colocated's."""
+    prompt = random_prompt(5404, 300)
+    decode = StalledDecode(TEST_KV_LEASE_S + 2)
+    orchestrator = Orchestrator(
+        Mode.DISAGGREGATED,
+        decode,
+        ServePoolClient(handle("Prefill")),
+        plan=transfer_plan("auto", nixl_available=True),
+        timeouts=TransportConfig(kv_lease_s=TEST_KV_LEASE_S, transfer_timeout_s=60),
+    )
+    timings = RequestTimings()
+    request = GenerateRequest("stalled", prompt, _params())
+    text = "".join([chunk.text async for chunk in orchestrator.run(request, timings)])
+    await asyncio.to_thread(decode.hold.result)
+    attempts = [
+        (a.transport.value, a.failure and a.failure.kind) for a in timings.transfer.attempts
+    ]
+    assert attempts == [("nixl", FailureKind.KV_EXPIRED), ("object_store", None)], attempts
+    assert text == _colocated_text(apps, http, prompt)
+    # Decode cached nothing wrong under the prompt's hash: a request sharing it agrees too.
+    longer = prompt + random_prompt(5405, 40)
+    body = complete(http, apps.disaggregated, {**GREEDY, "prompt": longer})
+    assert body["choices"][0]["text"] == _colocated_text(apps, http, longer)
+    assert_no_kv_held("Prefill", "Decode", timeout_s=TEST_KV_LEASE_S + 30)
+
+
 def test_client_disconnects_leave_no_kv_held(apps):
     def open_and_drop(seed: int) -> None:
         body = {**GREEDY, "max_tokens": 400, "prompt": random_prompt(seed, 150), "stream": True}

@@ -42,3 +42,60 @@ async def test_nixl_kv_past_prefills_lease_is_refused_before_the_engine_reads_it
     assert chunk.transfer_failed is not None
     assert chunk.transfer_failed.kind is FailureKind.KV_EXPIRED
     assert engine.generated == [] and server.streams == 0
+
+
+class FailedLoad:
+    """An engine whose KV load fails; its connector says whether it refused the read."""
+
+    def __init__(self, refused: list[str]):
+        self.refused = refused
+        self.params = None
+
+    async def generate(self, prompt, params, request_id):
+        from types import SimpleNamespace
+
+        self.params = params.extra_args["kv_transfer_params"]
+        completion = SimpleNamespace(
+            text="", token_ids=[], finish_reason="error", stop_reason=None, logprobs=None
+        )
+        yield SimpleNamespace(
+            outputs=[completion], finished=True, kv_transfer_params=None, num_cached_tokens=0
+        )
+
+    async def collective_rpc(self, method, args):
+        from app.kv_transport.read_deadline import METHOD
+
+        assert method == METHOD
+        return [[rid for rid in args[0] if rid in self.refused]]
+
+    async def abort(self, request_id):
+        pass
+
+
+def _nixl_request(request_id: str, read_by: float) -> GenerateRequest:
+    return GenerateRequest(
+        request_id,
+        [1, 2, 3],
+        SamplingParams(max_tokens=4),
+        kv_transfer_params={"remote_block_ids": [[1]]},
+        kv_num_tokens=3,
+        kv_expires_at=read_by,
+    )
+
+
+async def test_the_read_deadline_goes_to_the_connector_and_a_refusal_is_kv_expired():
+    from app.kv_transport.read_deadline import READ_BY
+
+    read_by = time.time() + 20
+    engine = FailedLoad(refused=["late"])
+    server = EngineServer(engine, Role.DECODE, "decode-1")
+    items = [item async for item in server.generate(_nixl_request("late", read_by))]
+    assert engine.params[READ_BY] == read_by
+    assert items[-1].transfer_failed.kind is FailureKind.KV_EXPIRED
+
+
+async def test_a_load_failure_the_connector_did_not_refuse_is_kv_load():
+    engine = FailedLoad(refused=["someone-else"])
+    server = EngineServer(engine, Role.DECODE, "decode-1")
+    items = [item async for item in server.generate(_nixl_request("r", time.time() + 20))]
+    assert items[-1].transfer_failed.kind is FailureKind.KV_LOAD

@@ -1,0 +1,374 @@
+"""Chaos soak: steady load while replicas and engines die and the app rolls, every answer
+checked against a colocated float32 oracle.
+
+    scripts/loopback-netns .venv/bin/python -m load_tests.chaos_soak --minutes 30 \
+        --load 0.7 --fault-every-s 60 [--out docs/chaos_soak.json]
+
+The extension of :mod:`load_tests.fault_soak` (which kills decode replicas only and
+checks answers for length) that docs/reliability.md reports:
+
+1. **Oracle.** A colocated app (serve_configs/colocated.yaml, float32) answers each prompt
+   of a fixed pool once, greedily; its token ids are the truth. Then it stops.
+2. **Soak.** The disaggregated app (``--config``, float32, ``--decode-replicas``) gets
+   Poisson arrivals at ``--load`` times its measured capacity, half streamed and half
+   not, each a prompt from the pool (short ones are prefilled on decode, long ones
+   remotely). float32, so that a stream that moves to another engine, whose tokens so far
+   are prefilled in one pass there, must still equal the oracle token for token.
+3. **Faults**, every ``--fault-every-s``, in turn: ``ray.kill`` the prefill replica,
+   ``ray.kill`` the busiest decode replica, SIGKILL a decode replica's engine process,
+   roll a redeploy (a changed config: Serve replaces every replica).
+
+A client shed with 503 waits its ``Retry-After`` and sends again, as the OpenAI SDK
+does; that is counted, not failed. Reported: requests, wrong answers, failed requests,
+fallbacks by kind, migrations by cause, KV blocks held and ``/dev/shm`` files left at the
+end, the app's RSS drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import ray
+
+from app.config import AppConfig
+from deployments.replicas import replica_actor_names
+from load_tests.fault_soak import ENGINE_GROUPS, blocks_free, rss_change, shm_files
+from load_tests.local_app import LocalApp, config_args, merge
+from load_tests.migration_bench import kill_busiest_decode
+from load_tests.overload import capacity
+from load_tests.process_usage import memory_by_group
+from load_tests.run_conditions import machine
+from load_tests.stream_bench import sse_lines
+
+FLOAT32 = {"model": {"dtype": "float32"}}
+FAULTS = ("kill_prefill_replica", "kill_decode_replica", "sigkill_decode_engine", "redeploy")
+
+
+def prompt_pool(seed: int, count: int) -> list[list[int]]:
+    """``count`` prompts, alternately short (prefilled on decode) and long (remotely)."""
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 1000) for _ in range(40 if i % 2 else 300)] for i in range(count)]
+
+
+def body(prompt: list[int], max_tokens: int, stream: bool) -> dict[str, Any]:
+    request: dict[str, Any] = {
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+    }
+    if stream:
+        request.update(stream=True, stream_options={"include_usage": True})
+    return request
+
+
+@dataclass
+class Answer:
+    """How one request ended: its tokens, or why it has none."""
+
+    status: int = 0
+    tokens: list[int] = field(default_factory=list)
+    error: str = ""
+    report: dict[str, Any] = field(default_factory=dict)  # the `splitserve` field
+    shed: int = 0  # 503s retried
+    retry_after: str | None = None
+
+
+async def ask(client: httpx.AsyncClient, url: str, request: dict[str, Any]) -> Answer:
+    """Send ``request`` until it is not shed; read the whole answer."""
+    answer = Answer()
+    while True:
+        try:
+            if request.get("stream"):
+                await _streamed(client, url, request, answer)
+            else:
+                response = await client.post(f"{url}/v1/completions", json=request)
+                answer.status = response.status_code
+                if response.status_code == 200:
+                    data = response.json()
+                    answer.tokens = list(data["choices"][0].get("token_ids") or [])
+                    answer.report = data.get("splitserve") or {}
+                else:
+                    answer.error = response.text[:300]
+                    answer.retry_after = response.headers.get("retry-after")
+        except httpx.HTTPError as exc:
+            answer.status, answer.error = 0, f"{type(exc).__name__}: {exc}"[:300]
+        if answer.status == 503 and answer.retry_after:
+            answer.shed += 1
+            await asyncio.sleep(float(answer.retry_after))
+            answer.status, answer.error, answer.retry_after = 0, "", None
+            answer.tokens = []
+            continue
+        return answer
+
+
+async def _streamed(
+    client: httpx.AsyncClient, url: str, request: dict[str, Any], answer: Answer
+) -> None:
+    async with client.stream("POST", f"{url}/v1/completions", json=request) as response:
+        answer.status = response.status_code
+        if response.status_code != 200:
+            answer.error = (await response.aread()).decode()[:300]
+            answer.retry_after = response.headers.get("retry-after")
+            return
+        async for line in sse_lines(response):
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[len("data: ") :])
+            if "error" in event:
+                answer.error = json.dumps(event["error"])[:300]
+            for choice in event.get("choices") or ():
+                answer.tokens.extend(choice.get("token_ids") or ())
+            if event.get("splitserve"):
+                answer.report = event["splitserve"]
+
+
+def oracle(prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    """Each prompt's greedy answer from a colocated float32 app, token ids."""
+
+    async def run(url: str) -> list[list[int]]:
+        async with httpx.AsyncClient(timeout=600) as client:
+            limit = asyncio.Semaphore(4)
+
+            async def one(prompt: list[int]) -> list[int]:
+                async with limit:
+                    answer = await ask(client, url, body(prompt, max_tokens, stream=False))
+                assert answer.status == 200 and len(answer.tokens) == max_tokens, answer
+                return answer.tokens
+
+            return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+    with LocalApp("serve_configs/colocated.yaml", num_cpus=2, overrides=FLOAT32) as app:
+        return asyncio.run(run(app.url))
+
+
+class Faults:
+    """Injects the faults in turn; records when, which, and what it hit."""
+
+    def __init__(self, app: LocalApp, args: argparse.Namespace, overrides: dict[str, Any]):
+        self.app = app
+        self.args = args
+        self.overrides = overrides
+        self.log: list[dict[str, Any]] = []
+        self.rolls = 0
+        self.rolling: threading.Thread | None = None
+
+    def inject(self, number: int, at_s: float) -> None:
+        kind = FAULTS[number % len(FAULTS)]
+        entry: dict[str, Any] = {"at_s": round(at_s, 1), "fault": kind}
+        try:
+            entry.update(getattr(self, kind)())
+        except Exception as exc:  # a fault that could not be injected is reported
+            entry["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        self.log.append(entry)
+        print(json.dumps(entry), flush=True)
+
+    def kill_prefill_replica(self) -> dict[str, Any]:
+        names = replica_actor_names(self.app.name, "Prefill")
+        ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=True)
+        return {"replicas": len(names)}
+
+    def kill_decode_replica(self) -> dict[str, Any]:
+        return {"ongoing": kill_busiest_decode(self.app.name)}
+
+    def sigkill_decode_engine(self) -> dict[str, Any]:
+        info = self.app.handle("Decode").process_info.remote().result()
+        engines = [pid for pid in info["children"] if _is_engine_core(pid)]
+        for pid in engines:
+            os.kill(pid, signal.SIGKILL)
+        return {"pids": engines}
+
+    def redeploy(self) -> dict[str, Any]:
+        """A changed config (the decode stream interval) rolls every replica; Serve's
+        rollout runs on while the next faults come."""
+        if self.rolling is not None and self.rolling.is_alive():
+            return {"skipped": "the previous redeploy is still rolling"}
+        from ray import serve
+
+        from deployments.builder import build_app
+
+        self.rolls += 1
+        interval = {"decode": {"stream_interval_ms": 40 + self.rolls % 2}}
+        args = merge(merge(config_args(self.args.config), self.overrides), interval)
+        self.rolling = threading.Thread(
+            target=serve.run,
+            args=(build_app(args),),
+            kwargs={"name": self.app.name, "route_prefix": "/"},
+            daemon=True,
+        )
+        self.rolling.start()
+        return {"version": self.rolls}
+
+
+def _is_engine_core(pid: int) -> bool:
+    try:
+        process = psutil.Process(pid)
+        return "EngineCore" in process.name() + " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+
+
+async def soak(
+    url: str,
+    prompts: list[list[int]],
+    truth: list[list[int]],
+    rate: float,
+    seconds: float,
+    max_tokens: int,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """Poisson arrivals; each answer compared with the oracle's."""
+    rng = random.Random(seed)
+    ends: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(timeout=900, limits=httpx.Limits(max_connections=None)) as client:
+
+        async def send(at_s: float, index: int, stream: bool) -> None:
+            answer = await ask(client, url, body(prompts[index], max_tokens, stream))
+            end: dict[str, Any] = {
+                "at_s": round(at_s, 1),
+                "prompt": index,
+                "stream": stream,
+                "status": answer.status,
+                "shed": answer.shed,
+                "fallbacks": [f["kind"] for f in answer.report.get("fallbacks", [])],
+                "migrations": [m["cause"] for m in answer.report.get("migrations", [])],
+                "transport": answer.report.get("kv_transport"),
+            }
+            if answer.status != 200 or answer.error:
+                end["outcome"] = "failed"
+                end["error"] = answer.error or f"HTTP {answer.status}"
+            elif answer.tokens != truth[index]:
+                end["outcome"] = "wrong"
+                pairs = enumerate(zip(answer.tokens, truth[index], strict=False))
+                end["first_difference"] = next(
+                    (i for i, (a, b) in pairs if a != b),
+                    min(len(answer.tokens), len(truth[index])),
+                )
+                end["tokens"] = len(answer.tokens)
+            else:
+                end["outcome"] = "right"
+            ends.append(end)
+
+        tasks = []
+        started = time.perf_counter()
+        due = 0.0
+        while due < seconds:
+            wait = started + due - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            index = rng.randrange(len(prompts))
+            tasks.append(asyncio.create_task(send(due, index, rng.random() < 0.5)))
+            due += rng.expovariate(rate)
+        await asyncio.gather(*tasks)
+    return ends
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="serve_configs/default.yaml")
+    parser.add_argument("--decode-replicas", type=int, default=2)
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--load", type=float, default=0.7, help="share of measured capacity")
+    parser.add_argument("--fault-every-s", type=float, default=60.0)
+    parser.add_argument("--prompts", type=int, default=48)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--settle-s", type=float, default=120.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="load_tests/results/chaos_soak.json")
+    args = parser.parse_args()
+
+    prompts = prompt_pool(args.seed, args.prompts)
+    truth = oracle(prompts, args.max_tokens)
+    overrides = merge(FLOAT32, {"decode": {"num_replicas": args.decode_replicas}})
+    config = AppConfig.model_validate(merge(config_args(args.config), overrides))
+    shm_before = shm_files()
+    samples: list[dict[str, Any]] = []
+    with LocalApp(args.config, num_cpus=1 + args.decode_replicas, overrides=overrides) as app:
+        rate = args.load * asyncio.run(capacity(app.url, random.Random(args.seed)))
+        faults = Faults(app, args, overrides)
+        seconds = args.minutes * 60
+        stop = threading.Event()
+        started = time.monotonic()
+
+        def sample() -> None:
+            memory = memory_by_group()
+            samples.append(
+                {
+                    "at_min": round((time.monotonic() - started) / 60, 2),
+                    "engines_mib": sum(memory.get(g, 0.0) for g in ENGINE_GROUPS),
+                    "shm_files": len(shm_files()),
+                }
+            )
+
+        def watch() -> None:
+            number = 0
+            while not stop.wait(args.fault_every_s):
+                sample()
+                elapsed = time.monotonic() - started
+                if elapsed < seconds - args.fault_every_s / 2:
+                    faults.inject(number, elapsed)
+                    number += 1
+
+        sample()
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        ends = asyncio.run(soak(app.url, prompts, truth, rate, seconds, args.max_tokens, args.seed))
+        stop.set()
+        watcher.join()
+        if faults.rolling is not None:
+            faults.rolling.join(timeout=600)
+        sample()
+        free = {
+            "Prefill": blocks_free(app, "Prefill", 1, args.settle_s),
+            "Decode": blocks_free(app, "Decode", args.decode_replicas, args.settle_s),
+        }
+    time.sleep(5)  # engine processes exit after the cluster
+    shm_left = sorted(shm_files() - shm_before)
+
+    outcomes = Counter(e["outcome"] for e in ends)
+    result = {
+        "conditions": {
+            **vars(args),
+            "machine": machine(),
+            "deadline_s": config.ingress.request_timeout_s,
+        },
+        "capacity_rps": round(rate / args.load, 3),
+        "rate_rps": round(rate, 3),
+        "requests": len(ends),
+        "streamed": sum(1 for e in ends if e["stream"]),
+        "right": outcomes["right"],
+        "wrong": outcomes["wrong"],
+        "failed": outcomes["failed"],
+        "shed_and_retried": sum(e["shed"] for e in ends),
+        "fallbacks_by_kind": dict(Counter(k for e in ends for k in e["fallbacks"])),
+        "migrations_by_cause": dict(Counter(c for e in ends for c in e["migrations"])),
+        "transports": dict(Counter(str(e["transport"]) for e in ends)),
+        "faults": faults.log,
+        "kv_blocks_free_at_end": free,
+        "shm_files_left": shm_left,
+        "rss": rss_change(samples, skip_min=5.0),
+        "memory_samples": samples,
+        "wrong_answers": [e for e in ends if e["outcome"] == "wrong"][:20],
+        "failures": [e for e in ends if e["outcome"] == "failed"][:20],
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k != "memory_samples"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
