@@ -24,14 +24,14 @@ import os
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from app.config import AppConfig
 from app.cpu_affinity import CORE_LIST, pin_children
 from app.engine_metrics import BusyClock, pool_stat_logger
 from app.engine_setup import engine_arguments, engine_environment, side_channel_host
-from app.kv_transport import lease_release, object_store, read_deadline
+from app.kv_transport import lease_release, object_store, peer_fence, read_deadline
 from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Transport
 from app.kv_transport.kv_read import nixl_read
@@ -102,6 +102,9 @@ class EngineServer:
         # Prompt tokens handed to the engine, counted as they arrive (the SLO policy
         # compares them with those the engine prefilled: app.autoscaling_stats).
         self.arrived_prompt_tokens = 0
+        # Whether the prefill replica of this id still lives (a decode replica's fence);
+        # None: KV is never refused for its source.
+        self.peer_alive: Callable[[str], Awaitable[bool]] | None = None
 
     @classmethod
     def start(
@@ -220,6 +223,10 @@ class EngineServer:
         self.streams += 1
         try:
             yield Started(self.engine_id)
+            fenced = await self._fenced(request)
+            if fenced is not None:
+                yield TokenChunk("", [], transfer_failed=fenced)
+                return
             late = time.time() - (request.kv_expires_at or float("inf"))
             if kv is not None and late > 0:
                 # Prefill's lease on the blocks has run out: they may be freed and reused,
@@ -282,6 +289,24 @@ class EngineServer:
             self.streams -= 1
             if path is not None:
                 object_store.remove(path)
+
+    async def _fenced(self, request: GenerateRequest) -> TransferFailure | None:
+        """Refuse NIXL KV whose prefill replica is gone, at once: its blocks died with it
+        (a read would wait for NIXL to time out). The engine forgets that peer now."""
+        kv = request.kv_transfer_params
+        if kv is None or not request.kv_source or self.peer_alive is None:
+            return None
+        if await self.peer_alive(request.kv_source):
+            return None
+        engine_id = str(kv.get("remote_engine_id") or "")
+        try:
+            await self.engine.collective_rpc(peer_fence.METHOD, args=([engine_id],))
+        except Exception:  # forgetting is housekeeping; the refusal stands
+            logger.warning("could not make the engine forget NIXL peer %s", engine_id)
+        return TransferFailure(
+            FailureKind.KV_FENCED,
+            f"prefill replica {request.kv_source} (engine {engine_id}), which held the KV, is gone",
+        )
 
     async def _load_failure(self, request: GenerateRequest) -> TransferFailure:
         """Why the engine could not load a request's KV: its read refused as too late
@@ -353,6 +378,24 @@ class EngineServer:
             await asyncio.sleep(0.05)
         logger.debug("release of %s's KV blocks: %s", request_id, outcome.value)
         return outcome
+
+    async def drain_leases(self, limit_s: float) -> tuple[int, int]:
+        """Wait, at most ``limit_s``, until this prefill engine keeps no NIXL blocks for a
+        decode to pull: each is read or its lease expires (a stopping replica's last act
+        before its engine shuts down). (Held at the start, held at the end.)"""
+        deadline = time.monotonic() + limit_s
+        held = first = await self._held_leases()
+        while held and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            held = await self._held_leases()
+        return first, held
+
+    async def _held_leases(self) -> int:
+        try:
+            answers = await self.engine.collective_rpc(lease_release.HELD)
+        except Exception:  # no extension (no NIXL), or the engine is gone: nothing to wait for
+            return 0
+        return int(answers[0])
 
     async def hold_scheduling(self, seconds: float) -> None:
         """Stop the engine scheduling any step for ``seconds``, then resume; requests wait,

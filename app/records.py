@@ -37,6 +37,9 @@ class GenerateRequest:
     # Unix time after which prefill may have freed the NIXL blocks (its lease, less a
     # margin): a decode replica that starts the request later must not read them.
     kv_expires_at: float | None = None
+    # The prefill replica (Serve unique id) that holds those NIXL blocks: a decode replica
+    # refuses KV from one that is gone (fencing) instead of trying to read it.
+    kv_source: str = ""
     # Why this request must be prefilled on decode whatever its length (it needs the
     # prompt's logprobs, or it is a parallel sample whose prompt decode has cached).
     local_prefill_reason: str | None = None

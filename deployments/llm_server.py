@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -26,6 +27,7 @@ from app.records import (
 )
 from app.warmup import WarmupReport, warm_engine, warm_pair, warm_pair_from_prefill
 from deployments.pool_client import ServePoolClient
+from deployments.pool_probe import ReplicaLiveness
 from deployments.replicas import POOL_NAMES, replica_ids, running_replicas
 from deployments.serve_logging import keeping_serve_logs
 
@@ -47,6 +49,10 @@ class LLMServer:
         application = context.app_name
         self.replica = context.replica_id.unique_id
         self.server = EngineServer.start(self.role, config, model_path, application)
+        # A stopping prefill replica waits this long at most for its KV to be pulled: the
+        # lease, within Serve's grace period (20 s unless configured), less a margin.
+        grace = config.prefill.graceful_shutdown_timeout_s
+        self.drain_limit_s = max(0.0, min(config.transport.kv_lease_s, (grace or 20.0) - 2))
         self.warmup = WarmupReport()
         self.warmup.engine_s = await warm_engine(self.server, self.role, config.model.max_model_len)
         transports = engine_transports(config.transport.kind, nixl_installed())
@@ -55,6 +61,8 @@ class LLMServer:
             peers = replica_ids(application, POOL_NAMES[Role.PREFILL])
             pool = ServePoolClient(prefill, grpc)
             await warm_pair(self.server, pool, transports, self.warmup, peers)
+            # Fencing: KV held by a prefill replica that is gone is refused at once.
+            self.server.peer_alive = ReplicaLiveness(application, POOL_NAMES[Role.PREFILL])
         elif self.role is Role.PREFILL and running_replicas(application, POOL_NAMES[Role.DECODE]):
             # Joining a running app: each decode replica meets this engine now, not on
             # a user's request. (At the app's start decode is not running yet, and pairs
@@ -151,10 +159,27 @@ class LLMServer:
     async def check_health(self) -> None:
         await self.server.engine.check_health()
 
-    def __del__(self) -> None:
+    async def __del__(self) -> None:
+        """Serve's last call to a stopping replica (a redeploy, a scale-down), within its
+        ``graceful_shutdown_timeout_s``. A prefill replica first waits until every KV it
+        holds for a decode is pulled or its lease expires, so its exit fails no transfer
+        (drain until pulled); Serve has already stopped routing prefills to it."""
         server = getattr(self, "server", None)
-        if server is not None:
-            server.shutdown()
+        if server is None or getattr(self, "_stopped", False):
+            return
+        self._stopped = True
+        if self.role is Role.PREFILL:
+            started = time.monotonic()
+            held, left = await server.drain_leases(self.drain_limit_s)
+            if held:
+                logger.info(
+                    "prefill engine %s drained: %d KV leases held at stop, %d left after %.1f s",
+                    server.engine_id,
+                    held,
+                    left,
+                    time.monotonic() - started,
+                )
+        server.shutdown()
 
 
 def _record_warmup(role: Role, report: WarmupReport, application: str) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from deployments.replicas import POOL_NAMES, running_counts
@@ -65,3 +66,49 @@ def routable_replicas(handle: Any) -> int | None:
     request_router = getattr(router, "request_router", None)
     replicas = getattr(request_router, "curr_replicas", None)
     return None if replicas is None else len(replicas)
+
+
+class ReplicaLiveness:
+    """Whether a replica of ``deployment`` (by unique id) still lives: the decode
+    replicas' fence against KV held by a dead prefill replica (:mod:`app.engine`).
+
+    Ray's GCS is asked for the replica's actor, whose name goes when it dies (Serve never
+    restarts a replica's actor); a draining replica lives. A handle's replica set would
+    be a memory read, but Serve's controller updates it only after it noticed the death
+    (seen here: a dead replica still routable after Ray knew). An answer that it lives
+    is kept for ``ttl_s`` (one GCS call per replica at most that often); one that it is
+    dead, for good.
+    """
+
+    def __init__(self, application: str, deployment: str, ttl_s: float = 0.5) -> None:
+        self.application = application
+        self.deployment = deployment
+        self.ttl_s = ttl_s
+        self._alive_until: dict[str, float] = {}
+        self._dead: set[str] = set()
+
+    async def __call__(self, unique_id: str) -> bool:
+        if unique_id in self._dead:
+            return False
+        if time.monotonic() < self._alive_until.get(unique_id, 0.0):
+            return True
+        alive = await asyncio.to_thread(self._actor_alive, unique_id)
+        if alive:
+            self._alive_until[unique_id] = time.monotonic() + self.ttl_s
+        else:
+            self._alive_until.pop(unique_id, None)
+            if len(self._dead) > 4096:
+                self._dead.clear()
+            self._dead.add(unique_id)
+        return alive
+
+    def _actor_alive(self, unique_id: str) -> bool:
+        import ray
+        from ray.serve._private.common import DeploymentID, ReplicaID
+
+        replica = ReplicaID(unique_id, DeploymentID(self.deployment, self.application))
+        try:
+            ray.get_actor(replica.to_full_id_str(), namespace="serve")
+        except ValueError:  # no live actor of that name
+            return False
+        return True

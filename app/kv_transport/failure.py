@@ -18,7 +18,8 @@ class FailureKind(StrEnum):
     PREFILL_BUSY = "prefill_busy"  # the prefill pool's queue was full
     OBJECT_STORE_GET = "object_store_get"  # decode could not get the KV payload
     KV_LOAD = "kv_load"  # the decode engine could not load the KV (a failed NIXL read)
-    KV_EXPIRED = "kv_expired"  # decode started after prefill's lease on the NIXL blocks ran out
+    KV_EXPIRED = "kv_expired"  # the read would start after its deadline (prefill's lease)
+    KV_FENCED = "kv_fenced"  # the prefill replica holding the NIXL blocks is gone: not read
     TRANSFER_TIMEOUT = "transfer_timeout"  # no first token within transport.transfer_timeout_s
     DECODE_ERROR = "decode_error"  # the decode call raised before its first token
 

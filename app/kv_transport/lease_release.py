@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 METHOD = "splitserve_release_kv"
+HELD = "splitserve_held_leases"
 EXTENSION = f"{__name__}.KvLeaseRelease"  # the qualified name vLLM resolves
 
 
@@ -67,8 +68,18 @@ def nixl_worker() -> Any:
     return None if connector is None else connector.connector_worker
 
 
+def held_leases(worker: Any) -> int:
+    """How many requests' blocks a NIXL connector ``worker`` keeps for decode to pull
+    (leased, or prefilled and about to be)."""
+    return len(set(worker._reqs_to_send) | set(worker._reqs_to_process))
+
+
 class KvLeaseRelease:
     """Mixed into vLLM's worker class by ``worker_extension_cls`` (prefill engines)."""
+
+    def splitserve_held_leases(self) -> int:
+        worker = nixl_worker()
+        return 0 if worker is None else held_leases(worker)
 
     def splitserve_release_kv(self, request_ids: list[str]) -> dict[str, str]:
         worker = nixl_worker()

@@ -29,12 +29,14 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from app.kv_transport.peer_fence import PeerFenceWorker
+
 # The keys in a decode request's kv_transfer_params: read no later than this (time.time()),
 # and the replica's id for the request (vLLM's engine keys it by another, suffixed one).
 READ_BY = "splitserve_read_by"
 READER = "splitserve_reader"
 METHOD = "splitserve_refused_reads"
-EXTENSION = f"{__name__}.ReadDeadlineWorker"  # the qualified name vLLM resolves
+EXTENSION = f"{__name__}.DecodeWorkerCalls"  # the qualified name vLLM resolves
 
 _REMEMBERED = 4096  # refusals kept for the replica to ask about
 
@@ -75,3 +77,8 @@ class ReadDeadlineWorker:
 
         refused = refused_reads(nixl_connector())
         return refused.take(request_ids) if refused is not None else []
+
+
+class DecodeWorkerCalls(ReadDeadlineWorker, PeerFenceWorker):
+    """Every call the decode replica makes into its engine's worker (one class: vLLM
+    takes one ``worker_extension_cls``)."""

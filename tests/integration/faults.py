@@ -99,6 +99,22 @@ def wait_healthy(deployment: str, timeout_s: float = 240.0) -> None:
     wait_until(healthy, timeout_s, f"{deployment} to be healthy again", interval_s=2)
 
 
+def wait_actor_gone(deployment: str, unique_id: str, timeout_s: float = 60.0) -> None:
+    """Until Ray's GCS no longer has the replica's actor (as a decode replica asks it)."""
+    from ray.serve._private.common import DeploymentID, ReplicaID
+
+    name = ReplicaID(unique_id, DeploymentID(deployment, APP)).to_full_id_str()
+
+    def gone() -> bool:
+        try:
+            ray.get_actor(name, namespace="serve")
+        except ValueError:
+            return True
+        return False
+
+    wait_until(gone, timeout_s, f"Ray to know replica {unique_id} dead")
+
+
 def wait_processes_gone(pids: list[int], timeout_s: float = 60.0) -> None:
     def gone() -> bool:
         return not any(

@@ -25,6 +25,7 @@ from tests.integration.faults import (
     handle,
     kill_replica,
     prefill_once,
+    wait_actor_gone,
     wait_healthy,
     wait_processes_gone,
     wait_until,
@@ -152,8 +153,9 @@ class KillAfterPrefill(PoolClient):
             if isinstance(item, PrefillResult) and not self.engine_pids:
                 self.engine_pids = kill_replica("Prefill")
                 # The engine's processes outlive the replica for a moment, and NIXL can
-                # still read from them; wait until the KV is really gone.
+                # still read from them; wait until the KV is really gone, and Ray knows.
                 await asyncio.to_thread(wait_processes_gone, self.engine_pids)
+                await asyncio.to_thread(wait_actor_gone, "Prefill", item.replica)
             yield item
 
     def generate(self, request):
@@ -166,11 +168,12 @@ async def test_prefill_killed_before_decode_pulls(apps, http, kind, seed):
     """Prefill dies after it handed the KV over, before decode read it; the request ends
     with the right text.
 
-    NIXL (``auto``) finds its peer gone, says so, and the request is recomputed on decode
-    (the object store, next, has no prefill replica to turn to). The object store's
-    payload was put by the dead replica; Ray may still hand decode the copy in this
-    node's store (then it is used) or report its owner dead (then decode recomputes,
-    with the object store's failure recorded)."""
+    NIXL (``auto``): the decode replica finds the replica that holds the KV gone and
+    refuses the KV at once (fencing: ``kv_fenced``, no read tried), and the request is
+    recomputed on decode (the object store, next, has no prefill replica to turn to).
+    The object store's payload was put by the dead replica; Ray may still hand decode
+    the copy in this node's store (then it is used) or report its owner dead (then decode
+    recomputes, with the object store's failure recorded)."""
     prompt = random_prompt(seed, 280)
     prefill = KillAfterPrefill()
     orchestrator = Orchestrator(
@@ -189,6 +192,8 @@ async def test_prefill_killed_before_decode_pulls(apps, http, kind, seed):
     if kind == "auto":
         assert timings.transfer.transport is Transport.RECOMPUTE
         assert failed[0] == "nixl", timings.transfer.fallbacks
+        fenced = timings.transfer.fallbacks[0].failure
+        assert fenced is not None and fenced.kind is FailureKind.KV_FENCED, fenced
     elif timings.transfer.transport is Transport.RECOMPUTE:
         assert failed == ["object_store"], timings.transfer.fallbacks
     else:

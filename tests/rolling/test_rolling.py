@@ -177,3 +177,58 @@ def test_a_rolling_redeploy_under_load_fails_no_stream(app):
     # Streams outlived their old decode replica's 1 s drain and moved to a new one.
     assert load.migrated > 0, (load.done, load.shed)
     assert_no_kv_held("Prefill", "Decode")
+
+
+def replicas_in(deployment: str, state: str) -> int:
+    states: Any = serve.status().applications["splitserve"].deployments[deployment].replica_states
+    return int(states.get(state, 0))
+
+
+def test_a_stopping_prefill_replica_stays_until_its_kv_is_pulled(app):
+    """Drain until pulled: a prefill replica that a redeploy stops keeps its engine, and
+    the KV it holds for a decode, until that KV is read; the read then succeeds and the
+    replica goes. (Before, its engine shut down at once and the read failed.)"""
+    from vllm import SamplingParams
+
+    from app.kv_transport.fallback import Transport
+    from app.records import GenerateRequest, PrefillResult, TokenChunk
+
+    prompt = random_prompt(8400, 300)
+    with httpx.Client(timeout=600) as http:
+        body = {"prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": True}
+        reference = http.post(f"{app.url}/v1/completions", json=body).json()["choices"][0]
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    stream = (
+        app.handle("Prefill")
+        .options(stream=True)
+        .prefill.remote(GenerateRequest("drain", prompt, params), Transport.NIXL)
+    )
+    [held] = [item for item in stream if isinstance(item, PrefillResult)]
+    # Any change of the config is a new version of every deployment: Serve stops the
+    # prefill replica that holds the KV.
+    changed = merge(config_args(CONFIG), {**TWO_DECODE, "prefill": {"stream_interval_ms": 7}})
+    redeploy = threading.Thread(
+        target=serve.run, args=(build_app(changed),), kwargs={"name": app.name, "route_prefix": "/"}
+    )
+    redeploy.start()
+    try:
+        wait_until(lambda: replicas_in("Prefill", "STOPPING") >= 1, 120, "prefill to stop")
+        time.sleep(3)  # an engine shut down at once would be gone by now
+        request = GenerateRequest(
+            "drain-d",
+            prompt,
+            params,
+            kv_transfer_params=held.kv_transfer_params,
+            kv_num_tokens=held.num_prompt_tokens,
+            kv_expires_at=time.time() + 20,
+            kv_source=held.replica,
+        )
+        decode = app.handle("Decode").options(stream=True).generate.remote(request)
+        chunks = [item for item in decode if isinstance(item, TokenChunk)]
+        assert chunks[0].transfer_failed is None, chunks[0].transfer_failed
+        assert "".join(c.text for c in chunks) == reference["text"]
+        # Its KV pulled, the old replica goes (well before its drain limit of 18 s).
+        wait_until(lambda: replicas_in("Prefill", "STOPPING") == 0, 15, "prefill to exit")
+    finally:
+        redeploy.join(timeout=600)
+    assert_no_kv_held("Prefill", "Decode")

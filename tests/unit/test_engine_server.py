@@ -99,3 +99,42 @@ async def test_a_load_failure_the_connector_did_not_refuse_is_kv_load():
     server = EngineServer(engine, Role.DECODE, "decode-1")
     items = [item async for item in server.generate(_nixl_request("r", time.time() + 20))]
     assert items[-1].transfer_failed.kind is FailureKind.KV_LOAD
+
+
+class Forgetful(NoEngine):
+    """Records the calls into its worker."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    async def collective_rpc(self, method, args):
+        self.calls.append((method, args))
+        return [[]]
+
+
+async def test_kv_held_by_a_prefill_replica_that_is_gone_is_refused_and_its_engine_forgotten():
+    from app.kv_transport.peer_fence import METHOD
+
+    engine = Forgetful()
+    server = EngineServer(engine, Role.DECODE, "decode-1")
+    asked = []
+
+    async def alive(replica: str) -> bool:
+        asked.append(replica)
+        return replica == "prefill-live"
+
+    server.peer_alive = alive
+    request = GenerateRequest(
+        "r",
+        [1, 2, 3],
+        SamplingParams(max_tokens=4),
+        kv_transfer_params={"remote_block_ids": [[1]], "remote_engine_id": "prefill-e1"},
+        kv_num_tokens=3,
+        kv_expires_at=time.time() + 20,
+        kv_source="prefill-dead",
+    )
+    items = [item async for item in server.generate(request)]
+    assert items[-1].transfer_failed.kind is FailureKind.KV_FENCED
+    assert asked == ["prefill-dead"] and engine.generated == []
+    assert engine.calls == [(METHOD, (["prefill-e1"],))]
