@@ -19,11 +19,14 @@ serves them under vLLM's own names (:mod:`app.metrics_page`).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+_log = logging.getLogger("splitserve.engine")
 
 # How often an idle engine's gauges are set again (Ray drops them after 2 export intervals).
 GAUGE_REFRESH_S = 5.0
@@ -141,6 +144,8 @@ def pool_stat_logger(pool: str, clock: BusyClock, application: str = "") -> type
             _start_counters_at_zero(self)
             # engine index -> (running, waiting, KV-cache usage) after its last step
             self.last_state: dict[int, tuple[int, int, float]] = {}
+            # A refresh never sets a gauge back to a value older than a step's.
+            self.gauge_lock = threading.Lock()
             _keep_gauges_alive(weakref.ref(self))
 
         def record(
@@ -151,23 +156,26 @@ def pool_stat_logger(pool: str, clock: BusyClock, application: str = "") -> type
             engine_idx: int = 0,
         ) -> None:
             if scheduler_stats is not None:
-                self.last_state[engine_idx] = (
-                    scheduler_stats.num_running_reqs,
-                    scheduler_stats.num_waiting_reqs + scheduler_stats.num_skipped_waiting_reqs,
-                    scheduler_stats.kv_cache_usage,
-                )
                 seconds = clock.step(scheduler_stats.num_running_reqs)
                 if seconds > 0:
                     busy.inc(seconds, tags={**added, "ReplicaId": rw._get_replica_id() or ""})
-            super().record(scheduler_stats, iteration_stats, mm_cache_stats, engine_idx)
+            with self.gauge_lock:
+                if scheduler_stats is not None:
+                    self.last_state[engine_idx] = (
+                        scheduler_stats.num_running_reqs,
+                        scheduler_stats.num_waiting_reqs + scheduler_stats.num_skipped_waiting_reqs,
+                        scheduler_stats.kv_cache_usage,
+                    )
+                super().record(scheduler_stats, iteration_stats, mm_cache_stats, engine_idx)
 
         def refresh_gauges(self) -> None:
             """Set the queue and KV-usage gauges again to their last values."""
             gauges: Any = self  # vLLM types its per-engine metrics as any metric kind
-            for idx, (running, waiting, usage) in list(self.last_state.items()):
-                gauges.gauge_scheduler_running[idx].set(running)
-                gauges.gauge_scheduler_waiting[idx].set(waiting)
-                gauges.gauge_kv_cache_usage[idx].set(usage)
+            with self.gauge_lock:
+                for idx, (running, waiting, usage) in list(self.last_state.items()):
+                    gauges.gauge_scheduler_running[idx].set(running)
+                    gauges.gauge_scheduler_waiting[idx].set(waiting)
+                    gauges.gauge_kv_cache_usage[idx].set(usage)
 
     return PoolStatLogger
 
@@ -198,8 +206,15 @@ def _keep_gauges_alive(logger: weakref.ref[Any]) -> None:
     """
 
     def run() -> None:
+        failed = False
         while (alive := logger()) is not None:
-            alive.refresh_gauges()
+            try:
+                alive.refresh_gauges()
+                failed = False
+            except Exception:  # one bad refresh must not end them for good
+                if not failed:
+                    _log.exception("refreshing the engine's gauges failed; trying again")
+                failed = True
             del alive
             time.sleep(GAUGE_REFRESH_S)
 

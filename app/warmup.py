@@ -145,19 +145,26 @@ async def _warm_peers(
     transports: tuple[Transport, ...],
     report: WarmupReport,
 ) -> None:
-    """Run ``pair`` for every peer and transport; per transport, "ok" or the first failure."""
+    """Run ``pair`` for every peer and transport, all at once (one wedged peer costs at
+    most ``PAIR_TIMEOUT_S`` in all, not per pair); per transport, "ok" or the first
+    failure."""
     started = time.perf_counter()
+
+    async def bounded(peer: str, transport: Transport) -> str:
+        try:
+            async with asyncio.timeout(PAIR_TIMEOUT_S):
+                return await pair(peer, transport)
+        except TimeoutError:
+            return f"no answer within {PAIR_TIMEOUT_S:g} s"
+        except Exception as exc:  # warm-up must not keep a replica from serving
+            return f"{type(exc).__name__}: {exc}"
+
+    jobs = [(transport, peer) for transport in transports for peer in peers]
+    results = await asyncio.gather(*(bounded(peer, transport) for transport, peer in jobs))
     for transport in transports:
         outcome = "ok"
-        for peer in peers:
-            try:
-                async with asyncio.timeout(PAIR_TIMEOUT_S):
-                    result = await pair(peer, transport)
-            except TimeoutError:
-                result = f"no answer within {PAIR_TIMEOUT_S:g} s"
-            except Exception as exc:  # warm-up must not keep a replica from serving
-                result = f"{type(exc).__name__}: {exc}"
-            if result != "ok" and outcome == "ok":
+        for (done, peer), result in zip(jobs, results, strict=True):
+            if done is transport and result != "ok" and outcome == "ok":
                 outcome = f"replica {peer}: {result}" if peer else result
         report.transports[transport.value] = outcome
         if outcome != "ok":

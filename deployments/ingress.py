@@ -61,7 +61,11 @@ class Ingress:
         orchestrator = Orchestrator(
             config.mode,
             decode=ServePoolClient(decode, grpc),
-            prefill=ServePoolClient(prefill, grpc) if config.mode is Mode.DISAGGREGATED else None,
+            prefill=(
+                ServePoolClient(prefill, grpc, on_release=metrics.released)
+                if config.mode is Mode.DISAGGREGATED
+                else None
+            ),
             plan=plan,
             timeouts=config.transport,
             local_prefill_below_tokens=config.router.local_prefill_below_tokens,

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from app.metrics_page import render
+
+logger = logging.getLogger("ray.serve")
 
 
 class RayMetricsExport:
@@ -13,7 +16,8 @@ class RayMetricsExport:
 
     The agents are the targets Ray's Prometheus service discovery lists (``ray.nodes()``'s
     ``MetricsExportPort``); the list is re-read every ``nodes_ttl_s``. An agent that does
-    not answer within ``timeout_s`` is left out; if none answers, :meth:`page` raises.
+    not answer within ``timeout_s`` is left out, with a warning naming it; if none answers,
+    :meth:`page` raises.
 
     A page is reused for ``max_age_s``, and scrapes that arrive together share one read:
     the agents' text is about a megabyte per node, and Ray refreshes it only every
@@ -57,6 +61,13 @@ class RayMetricsExport:
         texts = [a.text for a in answers if isinstance(a, httpx.Response) and a.is_success]
         if not texts:
             raise RuntimeError(f"no Ray metrics agent answered (tried {', '.join(targets)})")
+        missing = [
+            target
+            for target, answer in zip(targets, answers, strict=True)
+            if not (isinstance(answer, httpx.Response) and answer.is_success)
+        ]
+        if missing:  # a node's series are missing from this page: say so
+            logger.warning("/metrics without the Ray metrics agents of %s", ", ".join(missing))
         return await asyncio.to_thread(render, texts, self.application)
 
     async def _agents(self) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from app.errors import describe_failure
@@ -26,8 +26,11 @@ class ServePoolClient(PoolClient):
     actor calls, so Ray keeps the referenced KV alive while it is in flight.
     """
 
-    def __init__(self, handle: Any, grpc: bool = False) -> None:
+    def __init__(
+        self, handle: Any, grpc: bool = False, on_release: Callable[[str], None] | None = None
+    ) -> None:
         self.handle = handle
+        self.on_release = on_release  # each early free's outcome (metrics)
         self._stream_handle = handle.options(stream=True)
         self._fast = handle.options(_by_reference=False) if grpc else handle
         self._fast_stream = self._fast.options(stream=True)
@@ -48,9 +51,16 @@ class ServePoolClient(PoolClient):
         release = KvRelease(result.replica, result.kv_transfer_params)
         try:
             async with asyncio.timeout(_RELEASE_TIMEOUT_S):
-                await self._fast.release_kv.remote(release)
+                outcome = str(await self._fast.release_kv.remote(release))
         except Exception as exc:  # the lease frees the blocks anyway
-            logger.info("could not free KV blocks on prefill replica %s: %s", result.replica, exc)
+            outcome = "failed"
+            logger.warning(
+                "could not free KV blocks on prefill replica %s (its lease will): %s",
+                result.replica,
+                exc,
+            )
+        if self.on_release is not None:
+            self.on_release(outcome)
 
 
 async def _relay(stream: Any) -> AsyncIterator[Any]:

@@ -61,7 +61,9 @@ class TransportConfig(Strict):
         30,
         ge=6,
         description="Lease on the KV blocks prefill holds for decode: freed when decode "
-        "confirms the pull, or when the lease runs out (decode renews it while it waits).",
+        "confirms the pull, or when the lease runs out (decode renews it while it waits). "
+        "A read that would start more than kv_lease_s - (kv_lease_s // 6 + 2) s after the "
+        "prefill is refused (kv_expired) and the next transport serves.",
     )
     nixl_progress_thread: bool = Field(
         True,

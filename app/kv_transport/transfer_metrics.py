@@ -21,6 +21,11 @@ from app.routing.disaggregation import LOCAL_REASONS, REMOTE_REASONS
 _SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]
 
 
+# How an early free of NIXL blocks ended: app.kv_transport.lease_release.Release's values,
+# or "failed" when the call to the prefill replica did not answer.
+RELEASE_OUTCOMES = ("released", "unknown", "pending", "failed")
+
+
 class RayTransferMetrics:
     """Counters and a histogram in Ray's metrics system; call :meth:`record` per request."""
 
@@ -62,6 +67,13 @@ class RayTransferMetrics:
             "they ended in an error.",
             tag_keys=("application",),
         )
+        self._releases = metrics.Counter(
+            "splitserve_kv_releases",
+            description="Early frees of a failed attempt's NIXL blocks on prefill, by "
+            "outcome: released, unknown (already read, expired or released), pending "
+            "(not yet leased; the lease frees them), failed (the call did not answer).",
+            tag_keys=("outcome", "application"),
+        )
         for metric in (
             self._requests,
             self._bytes,
@@ -69,6 +81,7 @@ class RayTransferMetrics:
             self._decisions,
             self._fallbacks,
             self._unserved,
+            self._releases,
         ):
             metric.set_default_tags({"application": application})
         # Every series a dashboard reads exists from the first export, at 0 (the plan's
@@ -81,11 +94,16 @@ class RayTransferMetrics:
             ({"transport": t.value, "reason": kind.value} for t in plan for kind in FailureKind),
         )
         start_at_zero(self._unserved)
+        start_at_zero(self._releases, ({"outcome": o} for o in RELEASE_OUTCOMES))
         start_at_zero(
             self._decisions,
             [{"decision": "remote", "reason": reason} for reason in REMOTE_REASONS]
             + [{"decision": "local", "reason": reason} for reason in LOCAL_REASONS],
         )
+
+    def released(self, outcome: str) -> None:
+        """One early free of NIXL blocks and how it ended (:data:`RELEASE_OUTCOMES`)."""
+        self._releases.inc(1, tags={"outcome": outcome})
 
     def record(self, report: TransferReport) -> None:
         transport = report.transport

@@ -1,0 +1,36 @@
+"""Pair warm-ups run all at once, each within its timeout; per transport, the first failure."""
+
+import asyncio
+
+from app import warmup
+from app.kv_transport.fallback import Transport
+from app.warmup import WarmupReport, _warm_peers
+
+
+async def test_a_wedged_peer_delays_no_other_pair_and_is_named(monkeypatch):
+    monkeypatch.setattr(warmup, "PAIR_TIMEOUT_S", 0.2)
+    in_flight = 0
+    most = 0
+    done = []
+
+    async def pair(peer: str, transport: Transport) -> str:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            if peer == "wedged":
+                await asyncio.Event().wait()
+            await asyncio.sleep(0.05)
+            done.append((peer, transport))
+            return "ok"
+        finally:
+            in_flight -= 1
+
+    report = WarmupReport()
+    transports = (Transport.NIXL, Transport.OBJECT_STORE)
+    await _warm_peers(pair, ["good", "wedged"], transports, report)
+    assert most == 4  # every peer x transport at once
+    assert sorted(done) == sorted(("good", t) for t in transports)
+    for transport in transports:
+        assert report.transports[transport.value] == "replica wedged: no answer within 0.2 s"
+    assert report.peers == 2
