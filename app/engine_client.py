@@ -142,6 +142,7 @@ class PoolEngineClient:
         orchestrator: Orchestrator,
         request_timeout_s: float,
         on_complete: Callable[[RequestTimings], None] | None = None,
+        on_unfinished: Callable[[RequestTimings, str], None] | None = None,
     ) -> None:
         from vllm.renderers import renderer_from_config
         from vllm.v1.engine.input_processor import InputProcessor
@@ -153,6 +154,10 @@ class PoolEngineClient:
         self.orchestrator = orchestrator
         self.request_timeout_s = request_timeout_s
         self.on_complete = on_complete
+        # Each engine request that did not complete, and why ("failed" or "cancelled": the
+        # client left or the deadline passed); the slow ones, which completed-only
+        # histograms would leave out.
+        self.on_unfinished = on_unfinished
 
     # --- what vLLM's serving classes call ---------------------------------------------
 
@@ -272,6 +277,8 @@ class PoolEngineClient:
             sampling_params=params,
             local_prefill_reason=local_reason,
         )
+        started = time.perf_counter()
+        ended = "failed"
         try:
             async for chunk in self.orchestrator.run(request, timings, answer_text):
                 timings.output_tokens += len(chunk.token_ids)
@@ -280,11 +287,21 @@ class PoolEngineClient:
                     if scope is not None and scope.on_first_token is not None:
                         scope.on_first_token()
                 yield chunk
+            ended = ""
+        except (GeneratorExit, asyncio.CancelledError):
+            ended = "cancelled"
+            raise
         finally:
             # The samples after the first wait for it: one that ended with no chunk (or
             # failed) must not keep them waiting until the deadline.
             if index == 0:
                 first_token.set()
+            if ended and self.on_unfinished is not None:
+                timings.total_s = timings.total_s or time.perf_counter() - started
+                try:
+                    self.on_unfinished(timings, ended)
+                except Exception:  # metrics must never fail a request
+                    logger.exception("recording request metrics failed")
         if self.on_complete is not None:
             try:
                 self.on_complete(timings)

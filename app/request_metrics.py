@@ -17,7 +17,8 @@ _BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 
 
 
 class RayRequestMetrics:
-    """Histograms in Ray's metrics system; call :meth:`record` once per completed request."""
+    """Histograms in Ray's metrics system; call :meth:`record` once per completed request,
+    :meth:`unfinished` once per request that failed or was cancelled."""
 
     def __init__(self, application: str = "") -> None:
         from ray.util import metrics
@@ -50,8 +51,19 @@ class RayRequestMetrics:
             "local path it includes the prefill).",
             ("path", "stage"),
         )
-        self._itl = histogram("splitserve_itl_seconds", "Server-side gap between token chunks.")
+        self._itl = histogram(
+            "splitserve_itl_seconds",
+            "Server-side gap between token chunks: with stream batching "
+            "(stream_interval_ms), the batching interval, not a per-token latency.",
+        )
         self._e2e = histogram("splitserve_e2e_seconds", "Server-side request duration.")
+        self._unfinished = histogram(
+            "splitserve_unfinished_seconds",
+            "Server-side duration of requests that did not complete, by how they ended: "
+            "failed, or cancelled (the client left, or the deadline passed). The other "
+            "histograms count completed requests only.",
+            ("outcome",),
+        )
         self._migrations = metrics.Counter(
             "splitserve_migrations",
             description="Streams moved to another decode replica after theirs was lost, "
@@ -60,6 +72,10 @@ class RayRequestMetrics:
         )
         self._migrations.set_default_tags({"application": application})
         start_at_zero(self._migrations, ({"cause": cause.value} for cause in LostCause))
+
+    def unfinished(self, timings: RequestTimings, outcome: str) -> None:
+        """A request that did not complete: its duration, by how it ended."""
+        self._unfinished.observe(timings.total_s, tags={"outcome": outcome})
 
     def record(self, timings: RequestTimings) -> None:
         tags = {"path": "disaggregated" if timings.disaggregated else "local"}

@@ -89,6 +89,7 @@ class Ingress:
             orchestrator,
             config.ingress.request_timeout_s,
             on_complete=completed,
+            on_unfinished=request_metrics.unfinished,
         )
         frontend = build_frontend(engine_client, config, model_path)
         missing = missing_cluster_env()

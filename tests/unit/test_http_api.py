@@ -326,6 +326,16 @@ def test_completed_requests_are_reported_with_their_timings(engine_client):
         assert len(timings.token_gaps_s) == 2  # three chunks of one token each
 
 
+def test_requests_that_do_not_complete_are_reported_with_how_they_ended(engine_client):
+    ended: list[str] = []
+    engine_client.on_unfinished = lambda timings, outcome: ended.append(outcome)
+    failing = _client(engine_client, pool=FakePool(fail=True))
+    assert failing.post("/v1/completions", json={"prompt": "hi"}).status_code == 500
+    slow = _client(engine_client, pool=FakePool(delay=0.15), timeout_s=0.35)
+    slow.post("/v1/completions", json={"prompt": "hi", "stream": True})
+    assert ended == ["failed", "cancelled"]
+
+
 def test_api_key_guards_the_api_but_not_health(engine_client):
     client = _client(engine_client, api_key="s3cret")
     assert client.get("/health").status_code == 200
