@@ -57,10 +57,13 @@ FLOAT32 = {"model": {"dtype": "float32"}}
 FAULTS = ("kill_prefill_replica", "kill_decode_replica", "sigkill_decode_engine", "redeploy")
 
 
-def prompt_pool(seed: int, count: int) -> list[list[int]]:
-    """``count`` prompts, alternately short (prefilled on decode) and long (remotely)."""
+def prompt_pool(seed: int, count: int, long_tokens: int) -> list[list[int]]:
+    """``count`` prompts, alternately short (prefilled on decode) and long (remotely: at
+    least the router's ``local_prefill_below_tokens``, 512 by default)."""
     rng = random.Random(seed)
-    return [[rng.randrange(3, 1000) for _ in range(40 if i % 2 else 300)] for i in range(count)]
+    return [
+        [rng.randrange(3, 1000) for _ in range(40 if i % 2 else long_tokens)] for i in range(count)
+    ]
 
 
 def body(prompt: list[int], max_tokens: int, stream: bool) -> dict[str, Any]:
@@ -247,6 +250,7 @@ async def soak(
                 "fallbacks": [f["kind"] for f in answer.report.get("fallbacks", [])],
                 "migrations": [m["cause"] for m in answer.report.get("migrations", [])],
                 "transport": answer.report.get("kv_transport"),
+                "decision": answer.report.get("decision"),
             }
             if answer.status != 200 or answer.error:
                 end["outcome"] = "failed"
@@ -286,12 +290,13 @@ def main() -> None:
     parser.add_argument("--fault-every-s", type=float, default=60.0)
     parser.add_argument("--prompts", type=int, default=48)
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--long-prompt-tokens", type=int, default=700)
     parser.add_argument("--settle-s", type=float, default=120.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="load_tests/results/chaos_soak.json")
     args = parser.parse_args()
 
-    prompts = prompt_pool(args.seed, args.prompts)
+    prompts = prompt_pool(args.seed, args.prompts, args.long_prompt_tokens)
     truth = oracle(prompts, args.max_tokens)
     overrides = merge(FLOAT32, {"decode": {"num_replicas": args.decode_replicas}})
     config = AppConfig.model_validate(merge(config_args(args.config), overrides))
@@ -357,6 +362,7 @@ def main() -> None:
         "fallbacks_by_kind": dict(Counter(k for e in ends for k in e["fallbacks"])),
         "migrations_by_cause": dict(Counter(c for e in ends for c in e["migrations"])),
         "transports": dict(Counter(str(e["transport"]) for e in ends)),
+        "decisions": dict(Counter(str(e["decision"]) for e in ends)),
         "faults": faults.log,
         "kv_blocks_free_at_end": free,
         "shm_files_left": shm_left,
