@@ -6,109 +6,27 @@ import pytest
 
 from app.config import MigrationConfig, Mode, TransportConfig
 from app.kv_transport.failure import FailureKind, TransferFailure
-from app.kv_transport.fallback import Transport
 from app.migration import LostCause, ReplicaLost
 from app.orchestrator import Orchestrator
-from app.pool_client import PoolBusy, PoolClient
-from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
+from app.records import GenerateRequest, Started
 from app.request_timings import RequestTimings
-
-NX, OS, RC = Transport.NIXL, Transport.OBJECT_STORE, Transport.RECOMPUTE
-CHAIN = (NX, OS, RC)
-
-
-class FakePrefill(PoolClient):
-    """Hands KV over by any transport, or fails / stalls when told to."""
-
-    def __init__(self, raises=False, stall_s=0.0, queue_s=0.0):
-        self.calls: list[tuple[str, Transport]] = []
-        self.released: list[PrefillResult] = []
-        self.raises = raises
-        self.stall_s = stall_s
-        self.queue_s = queue_s
-
-    async def prefill(self, request, transport=NX):
-        self.calls.append((request.request_id, transport))
-        await asyncio.sleep(self.queue_s)
-        yield Started("p-1")
-        await asyncio.sleep(self.stall_s)
-        if self.raises:
-            raise RuntimeError("prefill replica died")
-        if transport is NX:
-            yield PrefillResult({"remote_block_ids": [[7]]}, 3)
-        else:
-            yield PrefillResult(None, 3, kv_object="ref-1", publish_s=0.002)
-
-    async def generate(self, request):
-        raise AssertionError("prefill pool never generates")
-        yield
-
-    async def release(self, result):
-        self.released.append(result)
-
-
-class FakeDecode(PoolClient):
-    """Streams two chunks; refuses the KV of the transports listed in ``broken``.
-
-    NIXL's read is reported on the last chunk, the object store's on the first, as the
-    engine replica does; ``queue_s`` is time in Serve's queue, before ``Started``.
-    """
-
-    def __init__(self, broken=(), queue_s=0.0, dies=False):
-        self.broken = set(broken)
-        self.queue_s = queue_s
-        self.dies = dies
-        self.generated: list[GenerateRequest] = []
-        self.closed = 0
-
-    async def prefill(self, request, transport=NX):
-        raise AssertionError("decode pool never prefills")
-        yield
-
-    async def generate(self, request):
-        self.generated.append(request)
-        try:
-            await asyncio.sleep(self.queue_s)
-            if self.dies:
-                raise RuntimeError("decode replica died")
-            yield Started("d-1")
-            transport = (
-                NX if request.kv_transfer_params else OS if request.kv_object is not None else RC
-            )
-            if transport in self.broken:
-                failure = TransferFailure(FailureKind.KV_LOAD, f"{transport} broken")
-                yield TokenChunk("", [], transfer_failed=failure)
-                return
-            yield TokenChunk(
-                "a",
-                [1],
-                kv_bytes=100 if transport is OS else 0,
-                kv_fetch_s=0.003 if transport is OS else 0.0,
-            )
-            yield TokenChunk(
-                "b",
-                [2],
-                finish_reason="length",
-                kv_bytes=64 if transport is NX else 0,
-                kv_fetch_s=0.004 if transport is NX else 0.0,
-            )
-        finally:
-            self.closed += 1
-
-
-def _request():
-    return GenerateRequest("r1", [1, 2, 3], sampling_params=None)
-
-
-async def _run(orchestrator):
-    timings = RequestTimings()
-    texts = [c.text async for c in orchestrator.run(_request(), timings)]
-    return texts, timings
+from tests.unit.orchestrator_fakes import (
+    CHAIN,
+    NX,
+    OS,
+    RC,
+    FakeDecode,
+    FakePrefill,
+    one_request,
+    run_request,
+)
 
 
 async def test_happy_path_uses_nixl_once():
     prefill, decode = FakePrefill(), FakeDecode()
-    texts, timings = await _run(Orchestrator(Mode.DISAGGREGATED, decode, prefill, plan=CHAIN))
+    texts, timings = await run_request(
+        Orchestrator(Mode.DISAGGREGATED, decode, prefill, plan=CHAIN)
+    )
     assert texts == ["a", "b"]
     assert prefill.calls == [("r1", NX)]  # no object-store save on the happy path
     assert decode.generated[0].kv_transfer_params == {"remote_block_ids": [[7]]}
@@ -134,7 +52,7 @@ async def test_nixl_failure_falls_back_to_the_object_store():
     orchestrator = Orchestrator(
         Mode.DISAGGREGATED, decode, prefill, plan=CHAIN, on_transfer=reports.append
     )
-    texts, timings = await _run(orchestrator)
+    texts, timings = await run_request(orchestrator)
     assert texts == ["a", "b"]
     assert [t for _, t in prefill.calls] == [NX, OS]
     assert [r.request_id for r in decode.generated] == ["r1", "r1.1"]
@@ -154,7 +72,9 @@ async def test_nixl_failure_falls_back_to_the_object_store():
 
 async def test_both_transports_failing_recomputes():
     prefill, decode = FakePrefill(), FakeDecode(broken={NX, OS})
-    texts, timings = await _run(Orchestrator(Mode.DISAGGREGATED, decode, prefill, plan=CHAIN))
+    texts, timings = await run_request(
+        Orchestrator(Mode.DISAGGREGATED, decode, prefill, plan=CHAIN)
+    )
     assert texts == ["a", "b"]
     last = decode.generated[-1]
     assert last.kv_transfer_params is None and last.kv_object is None
@@ -165,7 +85,9 @@ async def test_both_transports_failing_recomputes():
 async def test_a_failing_prefill_tries_the_next_transport_then_recomputes():
     # The replica may be alive with NIXL broken: the object store is worth a try.
     prefill, decode = FakePrefill(raises=True), FakeDecode()
-    texts, timings = await _run(Orchestrator(Mode.DISAGGREGATED, decode, prefill, plan=CHAIN))
+    texts, timings = await run_request(
+        Orchestrator(Mode.DISAGGREGATED, decode, prefill, plan=CHAIN)
+    )
     assert texts == ["a", "b"]
     assert [t for _, t in prefill.calls] == [NX, OS]
     assert timings.transfer.transport is RC
@@ -183,7 +105,7 @@ async def test_stalled_prefill_times_out_into_recompute():
     orchestrator = Orchestrator(
         Mode.DISAGGREGATED, decode, prefill, plan=CHAIN, timeouts=_timeouts(prefill_timeout_s=0.05)
     )
-    texts, timings = await asyncio.wait_for(_run(orchestrator), 2)
+    texts, timings = await asyncio.wait_for(run_request(orchestrator), 2)
     assert texts == ["a", "b"] and timings.transfer.transport is RC
     assert [a.failure.kind for a in timings.transfer.fallbacks] == [FailureKind.PREFILL_TIMEOUT]
     assert len(prefill.calls) == 1  # a slow pool would be as slow for the object store
@@ -195,7 +117,7 @@ async def test_prefill_queueing_counts_against_the_queue_timeout_not_the_prefill
     orchestrator = Orchestrator(
         Mode.DISAGGREGATED, decode, prefill, plan=CHAIN, timeouts=_timeouts(prefill_timeout_s=0.1)
     )
-    texts, timings = await _run(orchestrator)
+    texts, timings = await run_request(orchestrator)
     assert texts == ["a", "b"] and timings.transfer.transport is NX
     assert timings.prefill_queue_s >= 0.2 > timings.prefill_s
 
@@ -209,7 +131,7 @@ async def test_no_prefill_replica_in_time_is_a_queue_timeout():
         plan=CHAIN,
         timeouts=_timeouts(prefill_queue_timeout_s=0.05),
     )
-    texts, timings = await asyncio.wait_for(_run(orchestrator), 2)
+    texts, timings = await asyncio.wait_for(run_request(orchestrator), 2)
     assert texts == ["a", "b"] and timings.transfer.transport is RC
     assert [a.failure.kind for a in timings.transfer.fallbacks] == [
         FailureKind.PREFILL_QUEUE_TIMEOUT
@@ -236,7 +158,7 @@ async def test_hung_transfer_times_out_into_the_next_transport():
         plan=CHAIN,
         timeouts=_timeouts(transfer_timeout_s=0.05),
     )
-    texts, timings = await asyncio.wait_for(_run(orchestrator), 5)
+    texts, timings = await asyncio.wait_for(run_request(orchestrator), 5)
     assert texts == ["a", "b"] and timings.transfer.transport is RC
     kinds = [a.failure.kind for a in timings.transfer.fallbacks]
     assert kinds == [FailureKind.TRANSFER_TIMEOUT, FailureKind.TRANSFER_TIMEOUT]
@@ -251,7 +173,7 @@ async def test_a_client_leaving_while_decode_reads_does_not_free_the_blocks_unde
     # vLLM's connector tells prefill once decode's abort lands; until then, no release.
     prefill = FakePrefill()
     orchestrator = Orchestrator(Mode.DISAGGREGATED, HangingDecode(), prefill, plan=CHAIN)
-    task = asyncio.ensure_future(_run(orchestrator))
+    task = asyncio.ensure_future(run_request(orchestrator))
     await asyncio.sleep(0.1)  # decode is reading the KV (forever)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -263,7 +185,7 @@ async def test_a_client_leaving_while_decode_reads_does_not_free_the_blocks_unde
 async def test_kv_that_decode_refused_is_freed_at_once():
     prefill = FakePrefill()
     orchestrator = Orchestrator(Mode.DISAGGREGATED, FakeDecode(broken={NX}), prefill, plan=CHAIN)
-    texts, timings = await _run(orchestrator)
+    texts, timings = await run_request(orchestrator)
     assert texts == ["a", "b"] and timings.transfer.transport is OS
     await asyncio.sleep(0)
     assert [r.kv_transfer_params for r in prefill.released] == [{"remote_block_ids": [[7]]}]
@@ -313,7 +235,7 @@ async def test_a_busy_decode_queue_is_not_a_failed_transfer():
     orchestrator = Orchestrator(
         Mode.DISAGGREGATED, decode, prefill, plan=CHAIN, timeouts=_timeouts(transfer_timeout_s=0.05)
     )
-    texts, timings = await _run(orchestrator)
+    texts, timings = await run_request(orchestrator)
     assert texts == ["a", "b"] and timings.transfer.transport is NX
     assert len(prefill.calls) == 1 and not timings.transfer.fallbacks
     assert timings.decode_queue_s >= 0.2
@@ -321,7 +243,7 @@ async def test_a_busy_decode_queue_is_not_a_failed_transfer():
 
 async def test_a_local_request_times_its_decode_queue_and_first_step():
     orchestrator = Orchestrator(Mode.COLOCATED, FakeDecode(queue_s=0.1))
-    texts, timings = await _run(orchestrator)
+    texts, timings = await run_request(orchestrator)
     assert texts == ["a", "b"] and timings.decode_engine == "d-1"
     assert timings.decode_queue_s >= 0.1
     assert 0 < timings.decode_first_token_s < timings.decode_queue_s
@@ -339,7 +261,7 @@ async def test_a_dead_decode_pool_fails_the_request_and_is_counted():
     )
     timings = RequestTimings()
     with pytest.raises(RuntimeError, match="decode replica died"):
-        [c async for c in orchestrator.run(_request(), timings)]
+        [c async for c in orchestrator.run(one_request(), timings)]
     await asyncio.sleep(0)
     assert len(prefill.released) == 1  # nobody will read the blocks
     assert reports == [timings.transfer] and timings.transfer.unserved
@@ -355,94 +277,8 @@ async def test_a_failing_metrics_callback_does_not_fail_the_request():
     orchestrator = Orchestrator(
         Mode.DISAGGREGATED, FakeDecode(), FakePrefill(), plan=CHAIN, on_transfer=explode
     )
-    texts, _ = await _run(orchestrator)
+    texts, _ = await run_request(orchestrator)
     assert texts == ["a", "b"]
-
-
-async def test_short_prompts_are_prefilled_on_decode():
-    prefill, decode = FakePrefill(), FakeDecode()
-    orchestrator = Orchestrator(
-        Mode.DISAGGREGATED, decode, prefill, plan=CHAIN, local_prefill_below_tokens=4
-    )
-    texts, timings = await _run(orchestrator)  # a 3-token prompt
-    assert texts == ["a", "b"] and prefill.calls == []
-    assert not timings.transfer.remote_prefill
-    assert timings.transfer.decision_reason == "short_prompt"
-    # a local prefill is no transport: nothing attempted, nothing moved
-    assert timings.transfer.attempts == [] and timings.transfer.transport is None
-    assert not timings.transfer.unserved and not timings.disaggregated
-
-
-async def test_prefill_backlog_sends_new_requests_to_decode():
-    prefill, decode = FakePrefill(stall_s=0.2), FakeDecode()
-    orchestrator = Orchestrator(
-        Mode.DISAGGREGATED, decode, prefill, plan=CHAIN, max_prefill_backlog=1
-    )
-    (_, slow), (_, fast) = await asyncio.gather(_run(orchestrator), _run(orchestrator))
-    assert slow.transfer.decision_reason == "long_prompt"
-    assert fast.transfer.decision_reason == "prefill_backlog"
-    assert len(prefill.calls) == 1 and orchestrator.prefills_in_flight == 0
-
-
-async def test_colocated_skips_prefill():
-    decode = FakeDecode()
-    texts, _ = await _run(Orchestrator(Mode.COLOCATED, decode))
-    assert texts == ["a", "b"]
-    assert decode.generated[0].kv_transfer_params is None
-
-
-def test_disaggregated_needs_a_prefill_pool_and_a_recompute_tail():
-    with pytest.raises(ValueError, match="prefill pool"):
-        Orchestrator(Mode.DISAGGREGATED, FakeDecode())
-    with pytest.raises(ValueError, match="end with recompute"):
-        Orchestrator(Mode.DISAGGREGATED, FakeDecode(), FakePrefill(), plan=(NX,))
-
-
-class BusyPrefill(FakePrefill):
-    async def prefill(self, request, transport=NX):
-        self.calls.append((request.request_id, transport))
-        raise PoolBusy("queue full")
-        yield
-
-
-async def test_a_full_prefill_queue_is_prefilled_on_decode():
-    prefill = BusyPrefill()
-    texts, timings = await _run(Orchestrator(Mode.DISAGGREGATED, FakeDecode(), prefill, plan=CHAIN))
-    assert texts == ["a", "b"] and timings.transfer.transport is RC
-    assert len(prefill.calls) == 1
-    assert [a.failure and a.failure.kind for a in timings.transfer.fallbacks] == [
-        FailureKind.PREFILL_BUSY
-    ]
-
-
-class RaisingAtCallPrefill(FakePrefill):
-    """A pool client whose ``prefill`` raises when called, before any stream exists (a
-    handle error), as a Serve handle can."""
-
-    def prefill(self, request, transport=NX):  # type: ignore[override]
-        self.calls.append((request.request_id, transport))
-        raise RuntimeError("handle broken")
-
-
-async def test_a_prefill_that_raises_at_call_time_leaves_no_prefill_in_flight():
-    prefill = RaisingAtCallPrefill()
-    orchestrator = Orchestrator(Mode.DISAGGREGATED, FakeDecode(), prefill, plan=CHAIN)
-    for _ in range(3):
-        texts, timings = await _run(orchestrator)
-        assert texts == ["a", "b"] and timings.transfer.transport is RC
-    # Each leak would push later requests toward local prefill for good.
-    assert orchestrator.prefills_in_flight == 0
-
-
-async def test_a_prefill_pool_without_a_replica_sends_prompts_to_decode_at_once():
-    prefill = FakePrefill(queue_s=30)  # would wait out the prefill queue's timeout
-    orchestrator = Orchestrator(
-        Mode.DISAGGREGATED, FakeDecode(), prefill, plan=CHAIN, prefill_serving=lambda: False
-    )
-    texts, timings = await asyncio.wait_for(_run(orchestrator), 5)
-    assert texts == ["a", "b"] and prefill.calls == []
-    assert timings.transfer.decision_reason == "prefill_unavailable"
-    assert not timings.transfer.remote_prefill
 
 
 def test_the_kv_lease_margin_covers_vllms_first_heartbeat():
