@@ -2,7 +2,7 @@
 checked against a colocated float32 oracle.
 
     scripts/loopback-netns .venv/bin/python -m load_tests.chaos_soak --minutes 30 \
-        --load 0.7 --fault-every-s 60 [--out docs/chaos_soak.json]
+        --load 0.7 --fault-every-s 60 [--out docs/results/chaos_soak.json]
 
 The extension of :mod:`load_tests.fault_soak` (which kills decode replicas only and
 checks answers for length) that docs/reliability.md reports:

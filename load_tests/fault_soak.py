@@ -1,7 +1,7 @@
 """Soak under fire: open-loop load at a share of capacity, a decode replica killed on a timer.
 
     scripts/loopback-netns .venv/bin/python -m load_tests.fault_soak --minutes 30 \
-        --load 0.8 --kill-every-min 5 [--out docs/fault_soak.json]
+        --load 0.8 --kill-every-min 5 [--out docs/results/fault_soak.json]
 
 Starts the app (``--config``, with ``--decode-replicas`` decode replicas so that one
 serves while a killed one is replaced), measures its capacity (8 clients in a closed

@@ -1,7 +1,7 @@
 """Cold start and overload, in one run: what ready means, and what admission control sheds.
 
     scripts/loopback-netns .venv/bin/python -m load_tests.overload [--config ...] \
-        [--seconds 20] [--out docs/overload.json] [--plot docs/img/overload.png]
+        [--seconds 20] [--out docs/results/overload.json] [--plot docs/img/overload.png]
 
 1. Starts the app, every prompt prefilled remotely (``local_prefill_below_tokens: 0``),
    and sends the first request the moment it is ready (256 prompt tokens, 64 output

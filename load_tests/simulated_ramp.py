@@ -2,7 +2,7 @@
 planner's simulator with the SLO policy in the loop (docs/autoscaling.md). Simulated,
 not measured.
 
-    .venv/bin/python -m load_tests.simulated_ramp [--out docs/simulated_ramp.json]
+    .venv/bin/python -m load_tests.simulated_ramp [--out docs/results/simulated_ramp.json]
 
 The engine profile is a roofline estimate, not a measurement (its assumptions are in the
 output): a Llama-3-70B-shaped model (70.6 B parameters, BF16, 320 KiB of KV per token)
