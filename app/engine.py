@@ -30,7 +30,12 @@ from typing import Any
 from app.config import AppConfig
 from app.cpu_affinity import CORE_LIST, pin_children
 from app.engine_metrics import BusyClock, pool_stat_logger
-from app.engine_setup import engine_arguments, engine_environment, side_channel_host
+from app.engine_setup import (
+    cpu_binding,
+    engine_arguments,
+    engine_environment,
+    side_channel_host,
+)
 from app.kv_transport import lease_release, object_store, peer_fence, read_deadline
 from app.kv_transport.failure import FailureKind, TransferFailure
 from app.kv_transport.fallback import Transport
@@ -137,7 +142,7 @@ class EngineServer:
             vllm_config,
             stat_loggers=[pool_stat_logger(role.value, busy, application), PrometheusStatLogger],
         )
-        bind_engine(pool.cpu_binding, "prefill" if role is Role.PREFILL else "decode")
+        bind_engine(cpu_binding(pool), "prefill" if role is Role.PREFILL else "decode")
         return cls(
             engine,
             role,

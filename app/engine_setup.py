@@ -32,6 +32,17 @@ def side_channel_host(configured: str) -> str:
     return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
 
 
+def cpu_binding(pool: PoolConfig, on_gpu: bool | None = None) -> str | None:
+    """The cores ``pool``'s engines are bound to here: its ``cpu_binding`` on a host
+    without a GPU; on a GPU host only if ``cpu_binding_on_gpu`` asks (else None, vLLM's
+    and the OS's choice)."""
+    if pool.cpu_binding is None:
+        return None
+    if pool.cpu_binding_on_gpu:
+        return pool.cpu_binding
+    return None if (_on_gpu() if on_gpu is None else on_gpu) else pool.cpu_binding
+
+
 def engine_environment(
     role: Role, pool: PoolConfig, config: AppConfig, side_channel_port: int
 ) -> dict[str, str]:
@@ -43,8 +54,9 @@ def engine_environment(
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
-    if pool.cpu_binding is not None:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = pool.cpu_binding
+    binding = cpu_binding(pool)
+    if binding is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = binding
     if role is not Role.COLOCATED:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = side_channel_host(config.transport.side_channel_host)
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_channel_port)

@@ -105,6 +105,12 @@ class PoolConfig(DeploymentOptions):
         "VLLM_CPU_OMP_THREADS_BIND); `all`, `nobind` or None leave vLLM's choice.",
         pattern=r"^(all|nobind|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)$",
     )
+    cpu_binding_on_gpu: bool = Field(
+        False,
+        description="Apply `cpu_binding` also where the engine runs on a GPU. By default it "
+        "applies only on hosts without one: the shipped configs bind each engine to one "
+        "core, which a GPU engine must not be held to (and a container's cpuset may lack).",
+    )
     stream_interval_ms: float = Field(
         50.0,
         ge=0,

@@ -15,6 +15,12 @@ def _args(path: Path):
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_shipped_configs_validate(path):
     config = AppConfig.model_validate(_args(path))
+    if path.name == "gpu.yaml":  # a real model on GPUs: no core binding, KV in GPU memory
+        assert config.model.name == "llama-3.1-8b-instruct"
+        assert config.prefill.ray_actor_options.num_gpus == 1
+        assert config.decode.ray_actor_options.num_gpus == 1
+        assert config.prefill.cpu_binding is None and config.decode.cpu_binding is None
+        return
     assert config.model.name == "tiny-llama"
 
 

@@ -69,3 +69,29 @@ def test_chunk_interval_grows_with_streams_up_to_the_cap():
     fixed = EngineServer(object(), Role.DECODE, "d", stream_interval_s=0.01)
     fixed.streams = 64
     assert fixed.chunk_interval() == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize(
+    ("on_gpu", "on_gpu_too", "bound"),
+    [(False, False, "1"), (True, False, None), (True, True, "1"), (False, True, "1")],
+)
+def test_cpu_binding_applies_on_gpu_hosts_only_when_asked(monkeypatch, on_gpu, on_gpu_too, bound):
+    from app import engine_setup
+
+    monkeypatch.setattr(engine_setup, "_on_gpu", lambda: on_gpu)
+    config = AppConfig.model_validate(
+        {"decode": {"cpu_binding": "1", "cpu_binding_on_gpu": on_gpu_too}}
+    )
+    assert engine_setup.cpu_binding(config.decode) == bound
+    env = engine_environment(Role.DECODE, config.decode, config, side_channel_port=5555)
+    assert env.get("VLLM_CPU_OMP_THREADS_BIND") == bound
+
+
+def test_a_gpu_host_picks_cuda_buffers_for_auto(monkeypatch):
+    from app import engine_setup
+
+    config = AppConfig.model_validate({"transport": {"kv_buffer_device": "auto"}})
+    for on_gpu, device in ((True, "cuda"), (False, "cpu")):
+        monkeypatch.setattr(engine_setup, "_on_gpu", lambda on_gpu=on_gpu: on_gpu)
+        kv = engine_setup.kv_transfer_config(Role.DECODE, config, "decode-1")
+        assert kv.kv_buffer_device == device
