@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 import ray
 from ray import serve
@@ -76,6 +79,34 @@ def test_a_stream_moves_to_the_other_live_decode_replica(app):
     assert field["decode_engine"] != migration["from_engine"], field
     wait_until(lambda: running("Decode") == 2, 240, "Serve to replace the killed replica")
     assert_no_kv_held("Prefill", "Decode")
+
+
+def test_a_stream_outlives_its_decode_engine_token_for_token(app):
+    """The engine process alone SIGKILLed mid-stream (its KV came over NIXL): the stream
+    moves, and in float32 the answer equals the uninterrupted run token for token (the
+    main suite's bfloat16 app can check only the tokens up to just past the cut)."""
+    assert running("Decode") == 2
+    prompt = random_prompt(8310, 700)  # past local_prefill_below_tokens: prefilled remotely
+    with httpx.Client(timeout=600) as http:
+        reference = reference_run(http, app.url, prompt)
+
+    def kill_engine() -> None:
+        pid = ray.get(serving_decode_replica().__ray_call__.remote(lambda _: os.getpid()))
+        engines = [p for p in psutil.Process(pid).children(recursive=True) if _engine(p)]
+        assert len(engines) == 1, engines
+        engines[0].send_signal(signal.SIGKILL)
+
+    events = stream_with_a_kill(app.url, prompt, kill_engine)
+    check_migrated(events, reference, prompt, "engine_died")
+    wait_until(lambda: running("Decode") == 2, 240, "Serve to replace the replica")
+    assert_no_kv_held("Prefill", "Decode")
+
+
+def _engine(process: psutil.Process) -> bool:
+    try:
+        return "EngineCore" in process.name() + " ".join(process.cmdline())
+    except psutil.Error:
+        return False
 
 
 @dataclass
