@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.advice.checks import Workload, advise
-from app.advice.goodput import add_slo_options, slo_from_options
-from app.advice.kv_size import KVShape, shape_from_model, transfer_seconds, wire_seconds
+from app.planning.checks import Workload, advise
+from app.planning.goodput import add_slo_options, slo_from_options
+from app.planning.kv_size import KVShape, shape_from_model, transfer_seconds, wire_seconds
 
 DEFAULT_MIX = "128:128:0.8,1536:8:0.2"
 
@@ -134,8 +134,8 @@ def cmd_advise(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 
 def cmd_profile(args: argparse.Namespace) -> dict[str, Any]:
-    from app.advice.profiler import measure
     from app.config import AppConfig, serve_file_args
+    from app.planning.profiler import measure
 
     config = AppConfig.model_validate(serve_file_args(args.config))
     profile = measure(config, repeats=args.repeats, steps=args.steps)
@@ -144,9 +144,9 @@ def cmd_profile(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
-    from app.advice.engine_profile import EngineProfile
-    from app.advice.frontend import FrontEndCost
-    from app.advice.planner import plan
+    from app.planning.engine_profile import EngineProfile
+    from app.planning.frontend import FrontEndCost
+    from app.planning.planner import plan
 
     profile = EngineProfile.load(args.profile)
     if args.overhead_ms is not None:

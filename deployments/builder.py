@@ -10,7 +10,7 @@ from ray.serve.config import RequestRouterConfig
 from ray.serve.deployment import Deployment
 
 from app.config import AppConfig, Mode
-from app.model_source import resolve_model
+from app.engine.model_source import resolve_model
 from deployments.ingress import Ingress
 from deployments.llm_server import LLMServer
 from deployments.replicas import POOL_NAMES
@@ -23,7 +23,7 @@ def build_app(args: dict[str, Any] | AppConfig | None = None) -> Application:
     resolve_model(config.model.source)
     if config.mode is Mode.DISAGGREGATED:
         prefill = _pool("prefill", config)
-        # Decode replicas warm up their pair through the prefill pool (app/warmup.py).
+        # Decode replicas warm up their pair through the prefill pool (app/engine/warmup.py).
         decode = _pool("decode", config, prefill)
     else:
         prefill = None

@@ -8,21 +8,21 @@ from typing import Any
 
 from ray import serve
 
-from app.admission_metrics import RayAdmissionMetrics
+from app.api.engine_client import PoolEngineClient
+from app.api.http_api import OpenAIServer
+from app.api.openai_frontend import build_frontend
+from app.api.readiness import Readiness
 from app.config import AppConfig, Mode
-from app.cpu_affinity import pin_process
-from app.demand import DemandMeter
-from app.engine_client import PoolEngineClient
-from app.engine_setup import frontend_config
-from app.http_api import OpenAIServer
-from app.kv_transport.fallback import nixl_installed, transfer_plan
-from app.kv_transport.transfer_metrics import RayTransferMetrics
-from app.model_source import resolve_model
-from app.openai_frontend import build_frontend
-from app.orchestrator import Orchestrator
-from app.readiness import Readiness
-from app.request_metrics import RayRequestMetrics
-from app.request_timings import RequestTimings
+from app.engine.cpu_affinity import pin_process
+from app.engine.model_source import resolve_model
+from app.engine.setup import frontend_config
+from app.flow.orchestrator import Orchestrator
+from app.flow.request_timings import RequestTimings
+from app.kv.fallback import nixl_installed, transfer_plan
+from app.observability.admission_metrics import RayAdmissionMetrics
+from app.observability.request_metrics import RayRequestMetrics
+from app.observability.transfer_metrics import RayTransferMetrics
+from app.scaling.demand import DemandMeter
 from deployments.cluster_env import missing_cluster_env
 from deployments.metrics_export import RayMetricsExport
 from deployments.pool_client import ServePoolClient
@@ -113,14 +113,14 @@ class Ingress:
         # Ask the pools once before Serve routes here: an ingress replica added to a
         # running app (a redeploy, a scale-up) starts ready instead of refusing its
         # first requests for a probe interval. At the app's start the pools are still
-        # loading: it starts "starting" and goes on asking (app.readiness).
+        # loading: it starts "starting" and goes on asking (app.api.readiness).
         await self._readiness.first_look(FIRST_LOOK_S)
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._server.asgi_app()
 
     def record_autoscaling_stats(self) -> dict[str, float]:
-        """The load arriving here and its mix over the last window (app.demand); Serve
+        """The load arriving here and its mix over the last window (app.scaling.demand); Serve
         polls it when the ingress has an ``autoscaling_config``, for the SLO policy's
         model check (deployments.slo_autoscaler)."""
         return self._demand.figures()

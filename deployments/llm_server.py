@@ -10,13 +10,11 @@ from typing import Any
 
 from ray import serve
 
-from app.autoscaling_stats import Snapshot, WindowStats, read_registry
 from app.config import AppConfig
-from app.engine import EngineServer
-from app.kv_transport.fallback import Transport, engine_transports, nixl_installed
-from app.kv_transport.lease_release import Release
-from app.model_source import resolve_model
-from app.records import (
+from app.engine.model_source import resolve_model
+from app.engine.server import EngineServer
+from app.engine.warmup import WarmupReport, warm_engine, warm_pair, warm_pair_from_prefill
+from app.flow.records import (
     EngineStats,
     GenerateRequest,
     KvRelease,
@@ -25,7 +23,9 @@ from app.records import (
     Started,
     TokenChunk,
 )
-from app.warmup import WarmupReport, warm_engine, warm_pair, warm_pair_from_prefill
+from app.kv.fallback import Transport, engine_transports, nixl_installed
+from app.kv.lease_release import Release
+from app.scaling.autoscaling_stats import Snapshot, WindowStats, read_registry
 from deployments.pool_client import ServePoolClient
 from deployments.pool_probe import ReplicaLiveness
 from deployments.replicas import POOL_NAMES, replica_ids, running_replicas
@@ -38,7 +38,7 @@ class LLMServer:
     """A Serve replica hosting one `EngineServer` in ``role``, warm before it is ready.
 
     ``prefill`` (decode replicas of a disaggregated app) is the Prefill deployment's
-    handle, used only to warm up the pair (:mod:`app.warmup`).
+    handle, used only to warm up the pair (:mod:`app.engine.warmup`).
     """
 
     @keeping_serve_logs  # vLLM's logging set-up closes Serve's log handler
@@ -113,7 +113,7 @@ class LLMServer:
             yield replace(item, replica=self.replica) if isinstance(item, PrefillResult) else item
 
     async def release_kv(self, release: KvRelease) -> str:
-        """Free the NIXL blocks a prefill kept, at once (app.kv_transport.lease_release)."""
+        """Free the NIXL blocks a prefill kept, at once (app.kv.lease_release)."""
         if release.replica != self.replica:
             return Release.UNKNOWN.value  # routed here because its replica is gone
         return (await self.server.release_kv(release.kv_transfer_params)).value
@@ -135,7 +135,7 @@ class LLMServer:
         }
 
     def record_autoscaling_stats(self) -> dict[str, float]:
-        """This engine's figures over the last window (app.autoscaling_stats); Serve polls
+        """This engine's figures over the last window (app.scaling.autoscaling_stats); Serve polls
         it for the SLO autoscaling policy (deployments.slo_autoscaler)."""
         return self.window.add(self._snapshot())
 
@@ -146,7 +146,7 @@ class LLMServer:
         return await self.server.all_blocks_free()
 
     async def hold_scheduling(self, seconds: float) -> None:
-        """Fault injection: the engine schedules nothing for ``seconds`` (app.engine)."""
+        """Fault injection: the engine schedules nothing for ``seconds`` (app.engine.server)."""
         await self.server.hold_scheduling(seconds)
 
     def process_info(self) -> dict[str, Any]:

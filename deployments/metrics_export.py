@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 
-from app.metrics_page import render
+from app.observability.metrics_page import render
 
 logger = logging.getLogger("ray.serve")
 

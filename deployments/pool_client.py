@@ -7,11 +7,11 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from app.errors import describe_failure
-from app.kv_transport.fallback import Transport
-from app.migration import LostCause, ReplicaLost
-from app.pool_client import PoolBusy, PoolClient
-from app.records import GenerateRequest, KvRelease, PrefillResult, Started, TokenChunk
+from app.api.errors import describe_failure
+from app.flow.migration import LostCause, ReplicaLost
+from app.flow.pool_client import PoolBusy, PoolClient
+from app.flow.records import GenerateRequest, KvRelease, PrefillResult, Started, TokenChunk
+from app.kv.fallback import Transport
 
 logger = logging.getLogger("splitserve.pool_client")
 

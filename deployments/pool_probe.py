@@ -1,9 +1,9 @@
 """Whether a pool has a warm replica serving, as Serve and the pool itself say
-(the ``probe`` of :class:`app.readiness.Readiness`).
+(the ``probe`` of :class:`app.api.readiness.Readiness`).
 
 A pool serves when the ingress's own handle to it can route to a replica: Serve's
 controller pushes a handle only the replicas it runs, and a replica runs only once its
-constructor has returned, after it warmed its engine and its pairs (:mod:`app.warmup`).
+constructor has returned, after it warmed its engine and its pairs (:mod:`app.engine.warmup`).
 The first time a pool is seen so, it must also answer a call through that handle, so the
 first client request is routed without waiting.
 
@@ -70,7 +70,7 @@ def routable_replicas(handle: Any) -> int | None:
 
 class ReplicaLiveness:
     """Whether a replica of ``deployment`` (by unique id) still lives: the decode
-    replicas' fence against KV held by a dead prefill replica (:mod:`app.engine`).
+    replicas' fence against KV held by a dead prefill replica (:mod:`app.engine.server`).
 
     Ray's GCS is asked for the replica's actor, whose name goes when it dies (Serve never
     restarts a replica's actor); a draining replica lives. A handle's replica set would

@@ -12,7 +12,7 @@ A second signal while stopping is ignored. ``make run`` uses it.
 
 It also prints when the app is ready: the moment its ``/health`` first answers 200,
 which the ingress does only once every pool has a warm replica serving
-(:mod:`app.readiness`), so a client may start then.
+(:mod:`app.api.readiness`), so a client may start then.
 """
 
 from __future__ import annotations

@@ -15,17 +15,17 @@ A config file names it beside its ``args`` (``serve_configs/autoscaling.yaml``):
 
 Serve's controller builds one :class:`SloAutoscaler` and calls it every control-loop tick
 with each autoscaled pool's context: the figures its replicas reported
-(:mod:`app.autoscaling_stats`, averaged over the pool's ``look_back_period_s``), its
-target and bounds. The decisions come from :class:`app.slo_policy.SloPolicy`. Every
+(:mod:`app.scaling.autoscaling_stats`, averaged over the pool's ``look_back_period_s``), its
+target and bounds. The decisions come from :class:`app.scaling.slo_policy.SloPolicy`. Every
 change is logged by the controller with its reason and counted in
 ``splitserve_autoscaling_decisions`` (labels ``pool``, ``direction``, ``application``).
 New replicas take traffic only once warm: an engine replica warms up in its constructor
-(``app.warmup``).
+(``app.engine.warmup``).
 
 With ``model`` in ``policy_kwargs`` (:class:`app.config.PlannerModelConfig`) and an
 ``autoscaling_config`` on the ingress (so Serve hands the policy what the ingress
-reports: :mod:`app.demand`), the policy also checks its decisions against the planner's
-model of the arriving load (:mod:`app.split_model`). The model's search runs on a thread
+reports: :mod:`app.scaling.demand`), the policy also checks its decisions against the planner's
+model of the arriving load (:mod:`app.scaling.split_model`). The model's search runs on a thread
 of its own, off Serve's control loop; the policy uses its newest answer.
 """
 
@@ -36,14 +36,14 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from app.advice.engine_profile import EngineProfile
-from app.advice.frontend import FrontEndCost
-from app.advice.goodput import SLO
 from app.config import PlannerModelConfig, SloConfig
-from app.demand import Demand
-from app.slo_policy import SloPolicy
-from app.slo_signals import DECODE, PREFILL, Decision, PolicyParams, PoolSignals
-from app.split_model import PlannerSplitModel, ServingShape, Split, SplitModel
+from app.planning.engine_profile import EngineProfile
+from app.planning.frontend import FrontEndCost
+from app.planning.goodput import SLO
+from app.scaling.demand import Demand
+from app.scaling.slo_policy import SloPolicy
+from app.scaling.slo_signals import DECODE, PREFILL, Decision, PolicyParams, PoolSignals
+from app.scaling.split_model import PlannerSplitModel, ServingShape, Split, SplitModel
 
 logger = logging.getLogger("ray.serve")
 
@@ -88,7 +88,7 @@ def pool_signals(context: Any) -> PoolSignals:
 
 def ingress_demand(context: Any) -> Demand | None:
     """The front door's :class:`Demand` from the ingress's ``AutoscalingContext``: each
-    rate (:meth:`app.demand.DemandMeter.figures`) summed over its running replicas."""
+    rate (:meth:`app.scaling.demand.DemandMeter.figures`) summed over its running replicas."""
     metrics: dict[str, dict[Any, float]] = context.aggregated_metrics or {}
     running = set(context.running_replicas)
     totals = {
@@ -180,7 +180,7 @@ class SloAutoscaler:
     ``slo`` is the application's ``slo:`` block (a YAML anchor keeps them one);
     ``model``, the planner's model to check decisions against
     (:class:`app.config.PlannerModelConfig`); the other arguments are
-    :class:`app.slo_signals.PolicyParams`' tuning fields.
+    :class:`app.scaling.slo_signals.PolicyParams`' tuning fields.
     """
 
     def __init__(

@@ -31,8 +31,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from app.advice.goodput import SLO, add_slo_options, slo_from_options
-from app.model_source import resolve_model
+from app.engine.model_source import resolve_model
+from app.planning.goodput import SLO, add_slo_options, slo_from_options
 from load_tests.compare import SYSTEMS, _warm_up
 from load_tests.loadgen import run_at_rate, summary
 from load_tests.run_conditions import machine

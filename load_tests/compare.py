@@ -42,7 +42,8 @@ from typing import Any
 
 import httpx
 
-from app.advice.goodput import (
+from app.engine.model_source import resolve_model
+from app.planning.goodput import (
     add_slo_options,
     attainment,
     find_goodput,
@@ -50,7 +51,6 @@ from app.advice.goodput import (
     requests_at,
     slo_from_options,
 )
-from app.model_source import resolve_model
 from load_tests.loadgen import run_at_rate
 from load_tests.local_app import LocalApp, merge
 from load_tests.pool_usage import PoolUsage

@@ -21,7 +21,7 @@ content chunks the clients saw and the steps the engines took (vLLM's
 
 Then solves CPU = requests x ``request_s`` + remote x ``remote_request_s`` + chunks x
 ``chunk_s`` + steps x ``step_s`` by least squares
-(:class:`app.advice.frontend.FrontEndCost`) and prints JSON with the run conditions and
+(:class:`app.planning.frontend.FrontEndCost`) and prints JSON with the run conditions and
 each workload's figures and residual. With ``--rounds N`` the five workloads run N times
 (new prompts each round) and are fitted together; each round's own fit is reported
 beside it (``by_round``): on a shared 2-vCPU machine two single-round fits 20 minutes

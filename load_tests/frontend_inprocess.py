@@ -19,16 +19,16 @@ from typing import Any
 
 import httpx
 
+from app.api.engine_client import PoolEngineClient
+from app.api.http_api import OpenAIServer
+from app.api.openai_frontend import build_frontend
 from app.config import AppConfig, IngressConfig, Mode
-from app.engine_client import PoolEngineClient
-from app.engine_setup import frontend_config
-from app.http_api import OpenAIServer
-from app.kv_transport.fallback import Transport
-from app.model_source import resolve_model
-from app.openai_frontend import build_frontend
-from app.orchestrator import Orchestrator
-from app.pool_client import PoolClient
-from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
+from app.engine.model_source import resolve_model
+from app.engine.setup import frontend_config
+from app.flow.orchestrator import Orchestrator
+from app.flow.pool_client import PoolClient
+from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
+from app.kv.fallback import Transport
 
 
 class _Pool(PoolClient):

@@ -8,7 +8,7 @@ link rate (token-bucket shaping of host a's egress, which carries the KV; ``none
 unshaped) and each prompt length, sends ``--repeats`` greedy requests (new prompts, 2
 output tokens) and records: the KV bytes moved, NIXL's own transfer time (from the decode
 engine's ``vllm:nixl_xfer_time_seconds``), the decode's first-token time and the client
-TTFT; next to what ``app.advice.kv_size`` predicts at line rate and with TCP efficiency.
+TTFT; next to what ``app.planning.kv_size`` predicts at line rate and with TCP efficiency.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from app.advice.kv_size import shape_from_model, transfer_seconds, wire_seconds
 from app.config import TransportConfig
+from app.planning.kv_size import shape_from_model, transfer_seconds, wire_seconds
 from load_tests.stream_bench import one_request
 from load_tests.testnet_cluster import TestnetCluster, shape, two_host_args
 

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 from tqdm import tqdm
 
-from app.advice.goodput import (
+from app.planning.goodput import (
     SLO,
     add_slo_options,
     attainment,

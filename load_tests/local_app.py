@@ -31,7 +31,7 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 def wait_ready(url: str, timeout_s: float = 120.0) -> None:
     """Poll ``url``/health until it answers 200, as a client should: the ingress answers
-    503 until every pool has a warm replica (app.readiness), which it learns a moment
+    503 until every pool has a warm replica (app.api.readiness), which it learns a moment
     after Serve counts the pools running."""
     import time
 

@@ -138,7 +138,7 @@ def _outcome(got: aio_stream.Streamed) -> str:
     return "200" if got.ttft_s is not None else "no tokens"
 
 
-_REASONS = (  # a 503's message -> the admission rule that refused it (app.admission)
+_REASONS = (  # a 503's message -> the admission rule that refused it (app.api.admission)
     ("and the pools serve", "predicted_wait"),
     ("for a first token (budget", "oldest_wait"),
     ("already wait for their first token", "max_waiting"),

@@ -33,12 +33,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.advice.engine_profile import EngineProfile, interpolate, spread_from_quantiles
-from app.advice.frontend import FrontEndCost
-from app.advice.goodput import SLO, misses, requests_at
-from app.advice.planner import goodput
-from app.advice.simulator import Topology, poisson_arrivals, simulate
 from app.cli import DEFAULT_MIX, mix_lengths, parse_mix
+from app.planning.engine_profile import EngineProfile, interpolate, spread_from_quantiles
+from app.planning.frontend import FrontEndCost
+from app.planning.goodput import SLO, misses, requests_at
+from app.planning.planner import goodput
+from app.planning.simulator import Topology, poisson_arrivals, simulate
 
 CORES = 2  # the machine's cores, engines and front end together
 

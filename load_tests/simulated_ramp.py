@@ -33,21 +33,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.advice.engine_profile import EngineProfile
-from app.advice.goodput import SLO
-from app.advice.planner import goodput
-from app.advice.scaling_sim import (
+from app.config import AppConfig, SloConfig
+from app.config.serve_file import serve_file_args, serve_file_policy
+from app.planning.engine_profile import EngineProfile
+from app.planning.goodput import SLO
+from app.planning.planner import goodput
+from app.planning.scaling_sim import (
     ScalingConfig,
     ScalingPolicy,
     ScalingRun,
     ramp_requests,
     simulate_scaling,
 )
-from app.advice.serve_default import OngoingRequestsPolicy
-from app.advice.simulator import Topology
-from app.config import AppConfig, SloConfig
-from app.config.serve_file import serve_file_args, serve_file_policy
-from app.split_model import PlannerSplitModel, ServingShape
+from app.planning.serve_default import OngoingRequestsPolicy
+from app.planning.simulator import Topology
+from app.scaling.split_model import PlannerSplitModel, ServingShape
 from deployments.slo_autoscaler import SloAutoscaler
 from load_tests.slo_ramp import ramp_lengths
 

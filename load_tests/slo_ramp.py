@@ -35,9 +35,9 @@ from typing import Any
 import httpx
 import yaml
 
-from app.advice.goodput import SLO, attainment
-from app.advice.scaling_sim import ramp_arrival_times
 from app.config import SloConfig, serve_file_policy
+from app.planning.goodput import SLO, attainment
+from app.planning.scaling_sim import ramp_arrival_times
 from load_tests.local_app import LocalApp
 from load_tests.run_conditions import machine
 from load_tests.stats import StreamTiming, summarize

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from app.config.base import Strict
-from app.cpu_affinity import CORE_LIST
+from app.engine.cpu_affinity import CORE_LIST
 
 
 class AutoscalingConfig(Strict):

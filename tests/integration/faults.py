@@ -30,8 +30,8 @@ def handle(deployment: str) -> Any:
 
 def prefill_once(request: Any, transport: Any = None) -> Any:
     """Prefill ``request`` on the Prefill pool (NIXL by default); its PrefillResult."""
-    from app.kv_transport.fallback import Transport
-    from app.records import PrefillResult
+    from app.flow.records import PrefillResult
+    from app.kv.fallback import Transport
 
     stream = (
         handle("Prefill").options(stream=True).prefill.remote(request, transport or Transport.NIXL)
@@ -43,7 +43,7 @@ def prefill_once(request: Any, transport: Any = None) -> Any:
 
 def decode_chunks(request: Any) -> list[Any]:
     """Every TokenChunk the Decode pool streams for ``request`` (the Started marker left out)."""
-    from app.records import TokenChunk
+    from app.flow.records import TokenChunk
 
     stream = handle("Decode").options(stream=True).generate.remote(request)
     return [item for item in stream if isinstance(item, TokenChunk)]
@@ -211,7 +211,7 @@ def _app_tokenizer() -> Any:
     """The default config's model's tokenizer (loaded once; each check reads it twice)."""
     from tokenizers import Tokenizer
 
-    from app.model_source import resolve_model
+    from app.engine.model_source import resolve_model
     from load_tests.local_app import config_args
 
     default = Path(__file__).parents[2] / "serve_configs" / "default.yaml"

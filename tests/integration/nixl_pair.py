@@ -21,7 +21,7 @@ BYTES = 4 << 20
 def _agent(name: str):  # type: ignore[no-untyped-def]
     import torch
 
-    from app.kv_transport import nixl_progress
+    from app.kv import nixl_progress
 
     nixl_progress.register()
     from vllm.distributed import nixl_utils

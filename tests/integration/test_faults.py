@@ -8,12 +8,12 @@ import httpx
 import pytest
 
 from app.config import Mode, TransportConfig
-from app.kv_transport.failure import FailureKind
-from app.kv_transport.fallback import Transport, transfer_plan
-from app.orchestrator import Orchestrator
-from app.pool_client import PoolClient
-from app.records import GenerateRequest, PrefillResult
-from app.request_timings import RequestTimings
+from app.flow.orchestrator import Orchestrator
+from app.flow.pool_client import PoolClient
+from app.flow.records import GenerateRequest, PrefillResult
+from app.flow.request_timings import RequestTimings
+from app.kv.failure import FailureKind
+from app.kv.fallback import Transport, transfer_plan
 from deployments.pool_client import ServePoolClient
 from load_tests.stream_bench import sse_lines_sync
 from tests.integration.conftest import TEST_KV_LEASE_S
@@ -108,6 +108,7 @@ async def test_a_read_that_would_start_after_prefills_lease_is_refused(apps, htt
     timings = RequestTimings()
     request = GenerateRequest("stalled", prompt, _params())
     text = "".join([chunk.text async for chunk in orchestrator.run(request, timings)])
+    assert decode.hold is not None, "the decode replica never got the request's KV"
     await asyncio.to_thread(decode.hold.result)
     attempts = [
         (a.transport.value, a.failure and a.failure.kind) for a in timings.transfer.attempts

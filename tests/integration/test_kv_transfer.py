@@ -2,7 +2,7 @@
 
 from ray import serve
 
-from app.records import GenerateRequest
+from app.flow.records import GenerateRequest
 from tests.integration.faults import decode_chunks, prefill_once
 from tests.integration.helpers import GREEDY, complete, random_prompt
 

@@ -2,7 +2,7 @@
 
 import random
 
-from app.advice.goodput import SLO
+from app.planning.goodput import SLO
 from load_tests.loadgen import run_at_rate, summary
 from load_tests.workloads import mixed
 

@@ -17,7 +17,7 @@ import psutil
 import pytest
 import ray
 
-from app.kv_transport import object_store
+from app.kv import object_store
 from tests.integration.faults import (
     assert_no_kv_held,
     call,

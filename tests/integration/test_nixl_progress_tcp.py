@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from app.kv_transport import nixl_progress
-from app.kv_transport.fallback import nixl_installed
+from app.kv import nixl_progress
+from app.kv.fallback import nixl_installed
 
 pytestmark = [
     pytest.mark.integration,

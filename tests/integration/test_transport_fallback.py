@@ -13,12 +13,12 @@ import numpy as np
 import ray
 
 from app.config import Mode
-from app.kv_transport.failure import FailureKind
-from app.kv_transport.fallback import Transport
-from app.orchestrator import Orchestrator
-from app.pool_client import PoolClient
-from app.records import GenerateRequest, PrefillResult
-from app.request_timings import RequestTimings
+from app.flow.orchestrator import Orchestrator
+from app.flow.pool_client import PoolClient
+from app.flow.records import GenerateRequest, PrefillResult
+from app.flow.request_timings import RequestTimings
+from app.kv.failure import FailureKind
+from app.kv.fallback import Transport
 from deployments.pool_client import ServePoolClient
 from tests.integration.conftest import TEST_KV_LEASE_S
 from tests.integration.faults import assert_no_kv_held, handle, wait_until

@@ -3,11 +3,11 @@ fail, stall or die when told to."""
 
 import asyncio
 
-from app.kv_transport.failure import FailureKind, TransferFailure
-from app.kv_transport.fallback import Transport
-from app.pool_client import PoolClient
-from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
-from app.request_timings import RequestTimings
+from app.flow.pool_client import PoolClient
+from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
+from app.flow.request_timings import RequestTimings
+from app.kv.failure import FailureKind, TransferFailure
+from app.kv.fallback import Transport
 
 NX, OS, RC = Transport.NIXL, Transport.OBJECT_STORE, Transport.RECOMPUTE
 CHAIN = (NX, OS, RC)

@@ -3,7 +3,7 @@ drain rate, Retry-After from the drain time, refusal reasons, tickets."""
 
 import pytest
 
-from app.admission import Admission, Overloaded, Reason
+from app.api.admission import Admission, Overloaded, Reason
 
 
 class Clock:

@@ -8,13 +8,13 @@ import pytest
 from vllm import SamplingParams
 from vllm.v1.engine import EngineCoreRequest
 
-from app.answer_text import VllmAnswerText
+from app.api.answer_text import VllmAnswerText
 from app.config import MigrationConfig, Mode
-from app.migration import LostCause, ReplicaLost
-from app.orchestrator import Orchestrator
-from app.pool_client import PoolClient
-from app.records import GenerateRequest, Started, TokenChunk
-from app.request_timings import RequestTimings
+from app.flow.migration import LostCause, ReplicaLost
+from app.flow.orchestrator import Orchestrator
+from app.flow.pool_client import PoolClient
+from app.flow.records import GenerateRequest, Started, TokenChunk
+from app.flow.request_timings import RequestTimings
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,11 @@
-"""An engine replica's figures for the SLO policy (app.autoscaling_stats)."""
+"""An engine replica's figures for the SLO policy (app.scaling.autoscaling_stats)."""
 
 from __future__ import annotations
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from app.autoscaling_stats import Snapshot, WindowStats, histogram_percentile, snapshot_from
+from app.scaling.autoscaling_stats import Snapshot, WindowStats, histogram_percentile, snapshot_from
 
 
 def test_histogram_percentile_interpolates_inside_the_bucket():

@@ -1,9 +1,9 @@
-"""Each of the advisor's five checks (app/advice/checks.py) on both sides of its
+"""Each of the advisor's five checks (app/planning/checks.py) on both sides of its
 threshold, and the summary."""
 
 import pytest
 
-from app.advice.checks import (
+from app.planning.checks import (
     Workload,
     accelerator_count,
     advise,

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from app.advice.engine_profile import EngineProfile
 from app.cli import main, parse_mix
+from app.planning.engine_profile import EngineProfile
 from tests.unit.model_configs import LLAMA_70B
 
 

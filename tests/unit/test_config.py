@@ -152,7 +152,7 @@ def test_slo_defaults():
 def test_load_tests_and_planner_read_the_slo_block(tmp_path):
     import argparse
 
-    from app.advice.goodput import add_slo_options, slo_from_options
+    from app.planning.goodput import add_slo_options, slo_from_options
 
     path = CONFIGS[[p.name for p in CONFIGS].index("autoscaling.yaml")]
     parser = argparse.ArgumentParser()

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import AppConfig
-from app.cpu_affinity import parse_cores
+from app.engine.cpu_affinity import parse_cores
 
 
 def test_core_lists_parse():
@@ -28,7 +28,7 @@ def test_config_refuses_what_is_not_a_core_list(bad):
 
 PROBE = """
 import json, os, threading
-from app.cpu_affinity import pin_process
+from app.engine.cpu_affinity import pin_process
 started = threading.Event(); stop = threading.Event()
 def work():
     started.set(); stop.wait()
@@ -67,7 +67,7 @@ def test_cores_this_process_may_not_use_are_refused_naming_the_field():
 
 CHILDREN_PROBE = """
 import json, os, subprocess, sys
-from app.cpu_affinity import pin_children
+from app.engine.cpu_affinity import pin_children
 code = (
     "import threading, time; "
     "threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); "
@@ -107,6 +107,6 @@ def test_children_are_bound_and_this_process_is_not():
 
 @pytest.mark.parametrize("binding", [None, "all", "nobind"])
 def test_vllms_own_choices_bind_nothing(binding):
-    from app.engine import bind_engine
+    from app.engine.server import bind_engine
 
     bind_engine(binding, "decode")  # "all" / "nobind" are not core lists: parsing them raises

@@ -2,8 +2,7 @@
 
 import inspect
 
-from app import request_metrics
-from app.kv_transport import transfer_metrics
+from app.observability import request_metrics, transfer_metrics
 from tests.dashboard_names import EXPORTED_ON_EVENT, dashboard, expressions, metric_names
 
 

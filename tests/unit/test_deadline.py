@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from app.deadline import Deadline
+from app.flow.deadline import Deadline
 
 
 async def _slow(delay: float):

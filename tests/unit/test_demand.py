@@ -1,8 +1,8 @@
-"""The front door's demand as the ingress reports it (app.demand)."""
+"""The front door's demand as the ingress reports it (app.scaling.demand)."""
 
 from __future__ import annotations
 
-from app.demand import Demand, DemandMeter
+from app.scaling.demand import Demand, DemandMeter
 
 
 class Clock:

@@ -4,9 +4,9 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import AppConfig
-from app.engine_setup import engine_environment, side_channel_host
-from app.kv_transport import nixl_progress
-from app.records import Role
+from app.engine.setup import engine_environment, side_channel_host
+from app.flow.records import Role
+from app.kv import nixl_progress
 
 
 def _env(role: Role, **transport):
@@ -55,7 +55,7 @@ def test_ucx_tls_refuses_junk(bad):
 
 
 def test_chunk_interval_grows_with_streams_up_to_the_cap():
-    from app.engine import EngineServer
+    from app.engine.server import EngineServer
 
     server = EngineServer(
         object(), Role.DECODE, "d", stream_interval_s=0.05, stream_messages_per_s=400
@@ -76,7 +76,7 @@ def test_chunk_interval_grows_with_streams_up_to_the_cap():
     [(False, False, "1"), (True, False, None), (True, True, "1"), (False, True, "1")],
 )
 def test_cpu_binding_applies_on_gpu_hosts_only_when_asked(monkeypatch, on_gpu, on_gpu_too, bound):
-    from app import engine_setup
+    from app.engine import setup as engine_setup
 
     monkeypatch.setattr(engine_setup, "_on_gpu", lambda: on_gpu)
     config = AppConfig.model_validate(
@@ -88,7 +88,7 @@ def test_cpu_binding_applies_on_gpu_hosts_only_when_asked(monkeypatch, on_gpu, o
 
 
 def test_a_gpu_host_picks_cuda_buffers_for_auto(monkeypatch):
-    from app import engine_setup
+    from app.engine import setup as engine_setup
 
     config = AppConfig.model_validate({"transport": {"kv_buffer_device": "auto"}})
     for on_gpu, device in ((True, "cuda"), (False, "cpu")):

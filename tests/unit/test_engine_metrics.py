@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.engine_metrics import BusyClock
+from app.observability.engine_metrics import BusyClock
 
 
 class Clock:

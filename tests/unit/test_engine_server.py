@@ -1,12 +1,13 @@
 """EngineServer's request handling over an injected fake engine (no vLLM engine, no Ray)."""
 
 import time
+from collections.abc import Sequence
 
 from vllm import SamplingParams
 
-from app.engine import EngineServer
-from app.kv_transport.failure import FailureKind
-from app.records import GenerateRequest, Role, Started, TokenChunk
+from app.engine.server import EngineServer
+from app.flow.records import GenerateRequest, Role, Started, TokenChunk
+from app.kv.failure import FailureKind
 
 
 class NoEngine:
@@ -49,7 +50,7 @@ class FailedLoad:
 
     def __init__(self, refused: list[str]):
         self.refused = refused
-        self.params = None
+        self.params: dict[str, object] | None = None
 
     async def generate(self, prompt, params, request_id):
         from types import SimpleNamespace
@@ -63,13 +64,19 @@ class FailedLoad:
         )
 
     async def collective_rpc(self, method, args):
-        from app.kv_transport.read_deadline import METHOD
+        from app.kv.read_deadline import METHOD
 
         assert method == METHOD
         return [[rid for rid in args[0] if rid in self.refused]]
 
     async def abort(self, request_id):
         pass
+
+
+def _failure(items: Sequence[object]) -> FailureKind:
+    last = items[-1]
+    assert isinstance(last, TokenChunk) and last.transfer_failed is not None, last
+    return last.transfer_failed.kind
 
 
 def _nixl_request(request_id: str, read_by: float) -> GenerateRequest:
@@ -84,21 +91,21 @@ def _nixl_request(request_id: str, read_by: float) -> GenerateRequest:
 
 
 async def test_the_read_deadline_goes_to_the_connector_and_a_refusal_is_kv_expired():
-    from app.kv_transport.read_deadline import READ_BY
+    from app.kv.read_deadline import READ_BY
 
     read_by = time.time() + 20
     engine = FailedLoad(refused=["late"])
     server = EngineServer(engine, Role.DECODE, "decode-1")
     items = [item async for item in server.generate(_nixl_request("late", read_by))]
-    assert engine.params[READ_BY] == read_by
-    assert items[-1].transfer_failed.kind is FailureKind.KV_EXPIRED
+    assert engine.params is not None and engine.params[READ_BY] == read_by
+    assert _failure(items) is FailureKind.KV_EXPIRED
 
 
 async def test_a_load_failure_the_connector_did_not_refuse_is_kv_load():
     engine = FailedLoad(refused=["someone-else"])
     server = EngineServer(engine, Role.DECODE, "decode-1")
     items = [item async for item in server.generate(_nixl_request("r", time.time() + 20))]
-    assert items[-1].transfer_failed.kind is FailureKind.KV_LOAD
+    assert _failure(items) is FailureKind.KV_LOAD
 
 
 class Forgetful(NoEngine):
@@ -114,7 +121,7 @@ class Forgetful(NoEngine):
 
 
 async def test_kv_held_by_a_prefill_replica_that_is_gone_is_refused_and_its_engine_forgotten():
-    from app.kv_transport.peer_fence import METHOD
+    from app.kv.peer_fence import METHOD
 
     engine = Forgetful()
     server = EngineServer(engine, Role.DECODE, "decode-1")
@@ -135,6 +142,6 @@ async def test_kv_held_by_a_prefill_replica_that_is_gone_is_refused_and_its_engi
         kv_source="prefill-dead",
     )
     items = [item async for item in server.generate(request)]
-    assert items[-1].transfer_failed.kind is FailureKind.KV_FENCED
+    assert _failure(items) is FailureKind.KV_FENCED
     assert asked == ["prefill-dead"] and engine.generated == []
     assert engine.calls == [(METHOD, (["prefill-e1"],))]

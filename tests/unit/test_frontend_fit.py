@@ -3,7 +3,7 @@ prefills, chunks and engine steps."""
 
 import pytest
 
-from app.advice.frontend import FrontEndCost
+from app.planning.frontend import FrontEndCost
 from load_tests.frontend_fit import fit, fit_client
 
 COSTS = (0.004, 0.006, 0.0005, 0.0007)  # request, remote, chunk, step

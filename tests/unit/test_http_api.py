@@ -11,16 +11,16 @@ import time
 import pytest
 from starlette.testclient import TestClient
 
+from app.api.engine_client import PoolEngineClient
+from app.api.http_api import OpenAIServer
+from app.api.openai_frontend import build_frontend
 from app.config import AppConfig, IngressConfig, Mode
-from app.engine_client import PoolEngineClient
-from app.engine_setup import frontend_config
-from app.http_api import OpenAIServer
-from app.model_source import resolve_model
-from app.openai_frontend import build_frontend
-from app.orchestrator import Orchestrator
-from app.pool_client import PoolBusy, PoolClient
-from app.records import GenerateRequest, PrefillResult, Started, TokenChunk
-from app.request_timings import RequestTimings
+from app.engine.model_source import resolve_model
+from app.engine.setup import frontend_config
+from app.flow.orchestrator import Orchestrator
+from app.flow.pool_client import PoolBusy, PoolClient
+from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
+from app.flow.request_timings import RequestTimings
 
 
 class FakePool(PoolClient):
@@ -431,7 +431,7 @@ def test_the_engines_key_is_unique_whatever_x_request_id_the_client_sends(engine
 def test_health_and_the_api_answer_503_until_every_pool_serves(engine_client):
     import asyncio as aio
 
-    from app.readiness import Readiness
+    from app.api.readiness import Readiness
 
     serving = {"prefill": False, "decode": True}
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from app.advice.kv_size import (
+from app.planning.kv_size import (
     KVShape,
     shape_from_config,
     shape_from_model,

@@ -1,7 +1,7 @@
 import pytest
 
-from app.kv_transport.fallback import TransferReport, Transport, transfer_plan
-from app.kv_transport.payload import (
+from app.kv.fallback import TransferReport, Transport, transfer_plan
+from app.kv.payload import (
     VERSION,
     LayerSlab,
     PayloadError,
@@ -60,8 +60,8 @@ def test_bad_payloads_are_refused_by_name(mutate, words):
 
 
 def test_report_names_the_serving_transport_and_fallbacks():
-    from app.kv_transport.failure import FailureKind, TransferFailure
-    from app.kv_transport.fallback import Attempt
+    from app.kv.failure import FailureKind, TransferFailure
+    from app.kv.fallback import Attempt
 
     failed = TransferFailure(FailureKind.KV_LOAD, "x")
     report = TransferReport(attempts=[Attempt(NX, failed), Attempt(OS)])
@@ -75,7 +75,7 @@ def test_payload_files_of_dead_processes_are_swept(tmp_path):
     import os
     import subprocess
 
-    from app.kv_transport.object_store import PREFIX, sweep_orphans
+    from app.kv.object_store import PREFIX, sweep_orphans
 
     dead = subprocess.Popen(["true"])
     dead.wait()

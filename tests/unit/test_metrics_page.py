@@ -1,6 +1,6 @@
 """The /metrics page rendered from Ray's metrics export text (samples shaped as Ray 2.60 writes)."""
 
-from app.metrics_page import render, served_name
+from app.observability.metrics_page import render, served_name
 
 RAY_LABELS = (
     'Component="core_worker",NodeAddress="10.0.0.{node}",ReplicaId="{replica}",'

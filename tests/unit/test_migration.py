@@ -6,11 +6,11 @@ import pytest
 from vllm import SamplingParams
 
 from app.config import MigrationConfig, Mode
-from app.migration import LostCause, ReplicaLost, continuation
-from app.orchestrator import Orchestrator
-from app.pool_client import PoolClient
-from app.records import GenerateRequest, Started, TokenChunk
-from app.request_timings import RequestTimings
+from app.flow.migration import LostCause, ReplicaLost, continuation
+from app.flow.orchestrator import Orchestrator
+from app.flow.pool_client import PoolClient
+from app.flow.records import GenerateRequest, Started, TokenChunk
+from app.flow.request_timings import RequestTimings
 
 PROMPT = [5, 6, 7, 8]
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.kv_transport import nixl_progress
+from app.kv import nixl_progress
 
 
 class _Config:

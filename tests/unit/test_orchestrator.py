@@ -5,11 +5,11 @@ from types import SimpleNamespace
 import pytest
 
 from app.config import MigrationConfig, Mode, TransportConfig
-from app.kv_transport.failure import FailureKind, TransferFailure
-from app.migration import LostCause, ReplicaLost
-from app.orchestrator import Orchestrator
-from app.records import GenerateRequest, Started
-from app.request_timings import RequestTimings
+from app.flow.migration import LostCause, ReplicaLost
+from app.flow.orchestrator import Orchestrator
+from app.flow.records import GenerateRequest, Started
+from app.flow.request_timings import RequestTimings
+from app.kv.failure import FailureKind, TransferFailure
 from tests.unit.orchestrator_fakes import (
     CHAIN,
     NX,

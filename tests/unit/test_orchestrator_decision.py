@@ -5,9 +5,9 @@ import asyncio
 import pytest
 
 from app.config import Mode
-from app.kv_transport.failure import FailureKind
-from app.orchestrator import Orchestrator
-from app.pool_client import PoolBusy
+from app.flow.orchestrator import Orchestrator
+from app.flow.pool_client import PoolBusy
+from app.kv.failure import FailureKind
 from tests.unit.orchestrator_fakes import (
     CHAIN,
     NX,

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from app.kv_transport import object_store
-from app.kv_transport.payload import SAVE_PATH
+from app.kv import object_store
+from app.kv.payload import SAVE_PATH
 
 
 class SlowArray(np.ndarray):
@@ -48,7 +48,7 @@ async def test_a_fetch_that_completes_leaves_the_file_for_the_engine(tmp_path: P
 def test_an_aborted_prefill_s_payload_is_removed_by_the_connector(tmp_path: Path):
     from vllm.v1.request import RequestStatus
 
-    from app.kv_transport.object_store_connector import SplitserveObjectStoreConnector
+    from app.kv.object_store_connector import SplitserveObjectStoreConnector
 
     path = tmp_path / f"{object_store.PREFIX}1-prefill-z"
     path.write_bytes(b"kv")  # written by the step that ran while the abort was sent

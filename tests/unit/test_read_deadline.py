@@ -1,6 +1,6 @@
 """The read deadline's pure parts: which reads are late, the refusals remembered."""
 
-from app.kv_transport.read_deadline import RefusedReads, late_reads
+from app.kv.read_deadline import RefusedReads, late_reads
 
 
 def test_only_awaited_reads_past_their_deadline_are_late():

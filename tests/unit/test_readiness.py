@@ -4,7 +4,7 @@ without a replica) or unavailable (the streaming pool gone); what /health says."
 import asyncio
 from typing import Any
 
-from app.readiness import PoolState, Readiness
+from app.api.readiness import PoolState, Readiness
 
 
 class Pools:

@@ -1,8 +1,8 @@
 """TTFT split into the stages the dashboard shows."""
 
-from app.kv_transport.fallback import Attempt, TransferReport, Transport
-from app.request_metrics import ttft_stages
-from app.request_timings import RequestTimings
+from app.flow.request_timings import RequestTimings
+from app.kv.fallback import Attempt, TransferReport, Transport
+from app.observability.request_metrics import ttft_stages
 
 
 def test_a_disaggregated_request_has_every_stage_and_the_kv_read_leaves_the_first_step():

@@ -1,4 +1,4 @@
-from app.routing.disaggregation import decide
+from app.flow.disaggregation import decide
 from app.routing.kv_capacity import rank_by_capacity
 from app.routing.prefix_affinity import PrefixAffinity, block_hashes
 
@@ -93,7 +93,7 @@ def test_prefix_memory_keeps_only_live_replicas():
 
 
 def test_the_decision_reasons_metrics_start_at_zero_are_the_ones_decide_gives():
-    from app.routing.disaggregation import LOCAL_REASONS, REMOTE_REASONS, decide
+    from app.flow.disaggregation import LOCAL_REASONS, REMOTE_REASONS, decide
 
     given = {
         decide(100, 512, 0, 16),

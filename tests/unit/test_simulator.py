@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import pytest
 
-from app.advice.engine_profile import EngineProfile, interpolate, spread_from_quantiles
-from app.advice.frontend import FrontEndCost
-from app.advice.planner import candidates, goodput, plan
-from app.advice.simulator import SimRequest, Topology, poisson_arrivals, simulate
+from app.planning.engine_profile import EngineProfile, interpolate, spread_from_quantiles
+from app.planning.frontend import FrontEndCost
+from app.planning.planner import candidates, goodput, plan
+from app.planning.simulator import SimRequest, Topology, poisson_arrivals, simulate
 
 S = 0.010  # seconds per prefill, whatever the length
 TINY = 1e-9
@@ -194,8 +194,8 @@ def test_tokens_are_batched_into_chunks_as_the_replica_streams_them():
 
 def _shared(cores, starts):
     """Run jobs of (start time, CPU seconds) on ``cores``; each one's end time."""
-    from app.advice.frontend import SharedCores
-    from app.advice.simulator import _Clock
+    from app.planning.frontend import SharedCores
+    from app.planning.simulator import _Clock
 
     clock = _Clock()
     cpu = SharedCores(clock, cores)

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from app.advice.goodput import SLO, attainment, find_goodput, misses, requests_at
+from app.planning.goodput import SLO, attainment, find_goodput, misses, requests_at
 from load_tests.stats import StreamTiming
 
 SLO_ = SLO(ttft_s=0.2, tpot_s=0.05)

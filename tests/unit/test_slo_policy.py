@@ -1,13 +1,13 @@
-"""The SLO policy's decisions on metric traces (app.slo_policy)."""
+"""The SLO policy's decisions on metric traces (app.scaling.slo_policy)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
 
-from app.slo_policy import SloPolicy
-from app.slo_signals import DECODE, PREFILL, PolicyParams, PoolSignals
-from app.split_model import Split
+from app.scaling.slo_policy import SloPolicy
+from app.scaling.slo_signals import DECODE, PREFILL, PolicyParams, PoolSignals
+from app.scaling.split_model import Split
 
 PARAMS = PolicyParams(
     ttft_s=1.0, tpot_s=0.05, upscale_cooldown_s=10, downscale_delay_s=30, headroom=0.7

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from app.advice.scaling_sim import ramp_arrival_times
 from app.config import AppConfig, serve_file_args, serve_file_policy
+from app.planning.scaling_sim import ramp_arrival_times
 from load_tests.slo_ramp import default_policy_config
 
 

@@ -1,13 +1,13 @@
-"""The planner's model as the SLO policy's check (app.split_model)."""
+"""The planner's model as the SLO policy's check (app.scaling.split_model)."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.advice.engine_profile import EngineProfile
-from app.advice.goodput import SLO
-from app.demand import Demand
-from app.split_model import PlannerSplitModel, ServingShape, Split
+from app.planning.engine_profile import EngineProfile
+from app.planning.goodput import SLO
+from app.scaling.demand import Demand
+from app.scaling.split_model import PlannerSplitModel, ServingShape, Split
 
 # An engine that prefills 1,000 tokens in 0.1 s and steps a batch in 10-20 ms.
 PROFILE = EngineProfile(prefill=[(0, 0.0), (1000, 0.1)], decode=[(1, 0.010), (64, 0.020)])

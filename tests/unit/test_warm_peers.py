@@ -2,9 +2,9 @@
 
 import asyncio
 
-from app import warmup
-from app.kv_transport.fallback import Transport
-from app.warmup import WarmupReport, _warm_peers
+from app.engine import warmup
+from app.engine.warmup import WarmupReport, _warm_peers
+from app.kv.fallback import Transport
 
 
 async def test_a_wedged_peer_delays_no_other_pair_and_is_named(monkeypatch):

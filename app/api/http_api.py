@@ -1,0 +1,383 @@
+"""The OpenAI HTTP API as a Starlette app: routes onto vLLM's own serving classes.
+
+vLLM's layer (:mod:`app.api.openai_frontend`) validates, renders and answers each request;
+this module adds what splitserve promises on top: the API key, body limits and clear
+errors for malformed bodies, refusal of any client field that steers KV transfer, and
+the ``splitserve`` field (server-side timings and how the KV moved) when usage is sent.
+A stream that fails before its first event is answered with a plain HTTP error.
+
+``GET /metrics`` serves Prometheus text (:mod:`app.observability.metrics_page`). As on
+vLLM's server, the API key guards the ``/v1`` routes only, so scrapers need no key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from http import HTTPStatus
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from app.api.admission import Admission, Overloaded, Reason, Ticket
+from app.api.engine_client import REQUEST_SCOPE, RequestScope
+from app.api.errors import APIError, bad_request
+from app.api.openai_frontend import Frontend
+from app.api.readiness import Readiness
+from app.api.request_report import splitserve_field
+from app.api.sse_report import SSE_DONE, error_event, with_report
+from app.config import IngressConfig
+from app.observability.metrics_page import CONTENT_TYPE
+
+logger = logging.getLogger("splitserve.http")
+
+# Fields that would let a client steer KV transfer (read another request's KV blocks),
+# so only the server may set them.
+KV_STEERING_FIELDS = ("kv_transfer_params", "ec_transfer_params", "vllm_xargs")
+# vLLM serves these through paths that would run one engine request per step (beam
+# search) or feed the engine tensors (embeddings); a disaggregated request cannot.
+REFUSED = {
+    "use_beam_search": "beam search is not served: each beam step would be a new request",
+    "prompt_embeds": "prompt embeddings are not served: send text or token ids",
+}
+
+Handler = Callable[[Any, Request], Awaitable[Any]]
+MetricsPage = Callable[[], Awaitable[str]]
+
+
+def error_response(error: APIError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status)
+
+
+class OpenAIServer:
+    """Serves one model's OpenAI endpoints through vLLM's serving classes."""
+
+    def __init__(
+        self,
+        frontend: Frontend,
+        config: IngressConfig,
+        api_key: str | None,
+        metrics_page: MetricsPage | None = None,
+        on_arrival: Callable[[], None] | None = None,
+        readiness: Readiness | None = None,
+        on_refuse: Callable[[Reason], None] | None = None,
+    ) -> None:
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+        from vllm.entrypoints.serve.tokenize.protocol import DetokenizeRequest, TokenizeRequest
+
+        self.frontend = frontend
+        self.config = config
+        self.api_key = api_key
+        self.metrics_page = metrics_page
+        self.on_arrival = on_arrival  # each generation request, before admission
+        # None: the pools are taken as ready (tests over fake pools).
+        self.readiness = readiness
+        admission = config.admission
+        self.admission = Admission(
+            admission.ttft_budget_s,
+            admission.max_waiting,
+            admission.retry_after_s,
+            admission.headroom,
+            predicted_share=admission.predicted_share,
+            on_refuse=on_refuse,
+        )
+        self._completion = TypeAdapter(CompletionRequest)
+        self._chat = TypeAdapter(ChatCompletionRequest)
+        self._tokenize = TypeAdapter(TokenizeRequest)
+        self._detokenize = TypeAdapter(DetokenizeRequest)
+
+    def asgi_app(self) -> Starlette:
+        routes = [
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/tokenize", self.tokenize, methods=["POST"]),
+            Route("/detokenize", self.detokenize, methods=["POST"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
+        ]
+        return Starlette(
+            routes=routes,
+            exception_handlers={HTTPException: self._http_exception},
+            lifespan=self._lifespan,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        if self.readiness is not None:
+            self.readiness.start()  # ask the pools from the start, not at the first request
+        yield
+
+    async def _http_exception(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == HTTPStatus.NOT_FOUND:
+            message = f"no route for {request.method} {request.url.path}"
+        elif exc.status_code == HTTPStatus.METHOD_NOT_ALLOWED:
+            message = f"method {request.method} is not allowed on {request.url.path}"
+        else:
+            message = str(exc.detail)
+        return error_response(APIError(message, exc.status_code))
+
+    async def health(self, request: Request) -> Response:
+        if self.readiness is None:
+            return Response(status_code=200)
+        self.readiness.start()
+        health = self.readiness.health()
+        headers = (
+            None if health.retry_after_s is None else {"Retry-After": str(health.retry_after_s)}
+        )
+        return JSONResponse(health.body, status_code=health.status, headers=headers)
+
+    def _not_ready(self) -> Response | None:
+        """A 503 for an API request that comes before every pool serves warm, else None."""
+        if self.readiness is None:
+            return None
+        self.readiness.start()
+        if self.readiness.ready:
+            return None
+        refusal = self.admission.refuse(
+            Reason.NOT_READY, self.readiness.not_ready_error(), self.readiness.retry_after_s
+        )
+        error = APIError(str(refusal), HTTPStatus.SERVICE_UNAVAILABLE)
+        return _error_json(error.body(), error.status, refusal.retry_after_s)
+
+    async def metrics(self, request: Request) -> Response:
+        if self.metrics_page is None:
+            return error_response(APIError("this server exports no metrics", HTTPStatus.NOT_FOUND))
+        try:
+            page = await self.metrics_page()
+        except Exception as exc:
+            logger.warning("reading the metrics export failed: %s", exc)
+            message = f"metrics are unavailable: {exc}"
+            return error_response(APIError(message, HTTPStatus.SERVICE_UNAVAILABLE))
+        return Response(page, media_type=CONTENT_TYPE)
+
+    async def models(self, request: Request) -> Response:
+        try:
+            self._authorize(request)
+        except APIError as error:
+            return error_response(error)
+        not_ready = self._not_ready()
+        if not_ready is not None:
+            return not_ready
+        listing = await self.frontend.models.show_available_models()
+        return JSONResponse(listing.model_dump())
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(
+            request, self._completion, self.frontend.completion.create_completion
+        )
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._generate(request, self._chat, self.frontend.chat.create_chat_completion)
+
+    async def tokenize(self, request: Request) -> Response:
+        return await self._answer(
+            request, self._tokenize, self.frontend.tokenization.create_tokenize
+        )
+
+    async def detokenize(self, request: Request) -> Response:
+        return await self._answer(
+            request, self._detokenize, self.frontend.tokenization.create_detokenize
+        )
+
+    async def _answer(
+        self, request: Request, model: TypeAdapter[Any], handler: Handler
+    ) -> Response:
+        try:
+            parsed = await self._parse(request, model)
+            result = await handler(parsed, request)
+        except APIError as error:
+            return error_response(error)
+        except Exception as exc:
+            return self._vllm_error(exc)
+        return self._json_result(result)
+
+    async def _generate(
+        self, request: Request, model: TypeAdapter[Any], handler: Handler
+    ) -> Response:
+        arrived = time.perf_counter()
+        not_ready = self._not_ready()
+        if not_ready is not None:
+            return not_ready
+        try:
+            # Admitted (or refused) as it arrives, before its body is parsed: under a
+            # burst a refusal costs next to nothing, and requests still being parsed
+            # count as waiting. A request found bad leaves the queue at once.
+            ticket = self.admission.admit()
+        except Overloaded as exc:
+            self._arrived()
+            refusal = APIError(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
+            return _error_json(refusal.body(), refusal.status, exc.retry_after_s)
+        try:
+            parsed = await self._parse(request, model)
+        except APIError as error:
+            ticket.done()
+            return error_response(error)
+        ticket.parsed()
+        self._arrived()
+        response = await self._admitted(parsed, request, handler, ticket, arrived)
+        if response.status_code == HTTPStatus.SERVICE_UNAVAILABLE:
+            self.admission.refuse(Reason.POOL_QUEUE_FULL, "a pool's queue is full")
+        return response
+
+    async def _admitted(
+        self, parsed: Any, request: Request, handler: Handler, ticket: Ticket, arrived: float
+    ) -> Response:
+        scope = RequestScope(on_first_token=ticket.first_token, arrived=arrived)
+        REQUEST_SCOPE.set(scope)
+        streaming = False
+        try:
+            result = await handler(parsed, request)
+            if not isinstance(result, AsyncGenerator):
+                from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
+                if isinstance(result, ErrorResponse) or not scope.timings:
+                    return self._json_result(result)
+                body = result.model_dump()
+                body["splitserve"] = splitserve_field(scope.timings)
+                return JSONResponse(body)
+            # Hold the response until the first event, so a request that fails before any
+            # token (a bad prefill, a dead pool, a missed deadline) is a plain HTTP error.
+            try:
+                first = await anext(result)
+            except StopAsyncIteration:
+                first = SSE_DONE
+            failed = error_event(first)
+            if failed is not None:
+                await result.aclose()
+                status = int(failed["error"].get("code") or 500)
+                return self._error(failed, status)
+            streaming = True
+            events = with_report(first, result, scope.timings, ticket.done)
+            return StreamingResponse(events, media_type="text/event-stream")
+        except Exception as exc:
+            return self._vllm_error(exc)
+        finally:
+            if not streaming:
+                ticket.done()
+
+    def _error(self, body: dict[str, Any], status: int) -> JSONResponse:
+        """An error answer; a 503 tells when to retry: the measured drain time."""
+        retry = self.admission.retry_after() if status == HTTPStatus.SERVICE_UNAVAILABLE else 0
+        return _error_json(body, status, retry)
+
+    def _arrived(self) -> None:
+        if self.on_arrival is not None:
+            try:
+                self.on_arrival()
+            except Exception:  # metrics must never fail a request
+                logger.exception("counting an arrival failed")
+
+    def _json_result(self, result: Any) -> JSONResponse:
+        from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
+        if isinstance(result, ErrorResponse):
+            return self._error(result.model_dump(), result.error.code)
+        return JSONResponse(result.model_dump())
+
+    def _vllm_error(self, exc: Exception) -> JSONResponse:
+        """An exception from vLLM's layer as the status and body vLLM's server would send."""
+        from vllm.entrypoints.serve.exception_handling.error_response import (
+            create_error_response,
+        )
+
+        error = create_error_response(exc)
+        if error.error.code >= HTTPStatus.INTERNAL_SERVER_ERROR:
+            logger.error("request failed: %s", exc, exc_info=exc)
+        return self._error(error.model_dump(), error.error.code)
+
+    async def _parse(self, request: Request, model: TypeAdapter[Any]) -> Any:
+        self._authorize(request)
+        body = await self._json_body(request)
+        if not isinstance(body, dict):
+            raise bad_request(f"request body must be a JSON object, not {type(body).__name__}")
+        for name in KV_STEERING_FIELDS:
+            if body.get(name) is not None:
+                raise bad_request(
+                    f"{name} is set by the server and may not be sent by clients", name
+                )
+        for name, reason in REFUSED.items():
+            if body.get(name):
+                raise bad_request(reason, name)
+        return _validate(model, body)
+
+    def _authorize(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode(), self.api_key.encode()
+        ):
+            raise APIError(
+                "missing or incorrect API key: send `Authorization: Bearer <key>`",
+                HTTPStatus.UNAUTHORIZED,
+            )
+
+    async def _json_body(self, request: Request) -> Any:
+        content_type = request.headers.get("content-type", "")
+        if content_type.split(";")[0].strip().lower() != "application/json":
+            raise APIError(
+                f"Content-Type must be application/json, got {content_type or 'nothing'!r}",
+                HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+            )
+        limit = self.config.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _too_large(limit)
+        body = bytearray()
+        async for part in request.stream():
+            body += part
+            if len(body) > limit:
+                raise _too_large(limit)
+        try:
+            text = bytes(body).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise bad_request(f"request body is not valid UTF-8: {exc.reason}") from exc
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise bad_request(f"request body is not valid JSON: {exc}") from exc
+
+
+def _error_json(body: dict[str, Any], status: int, retry_after_s: int) -> JSONResponse:
+    """An error body; a 503 (overload) tells the client when to retry."""
+    headers = (
+        {"Retry-After": str(retry_after_s)} if status == HTTPStatus.SERVICE_UNAVAILABLE else None
+    )
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _validate(model: TypeAdapter[Any], body: dict[str, Any]) -> Any:
+    from vllm.exceptions import VLLMClientError
+
+    try:
+        return model.validate_python(body)
+    except VLLMClientError as exc:
+        param = getattr(exc, "parameter", None)
+        raise bad_request(f"invalid request: {exc.args[0] if exc.args else exc}", param) from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        message = first.get("msg", "invalid value")
+        detail = f"{where}: {message}" if where else message
+        raise bad_request(f"invalid request: {detail}", where or None) from exc
+    except ValueError as exc:
+        raise bad_request(f"invalid request: {exc}") from exc
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(
+        f"request body is larger than the limit of {limit} bytes",
+        HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+    )

@@ -1,0 +1,50 @@
+"""SSE post-processing of vLLM's streamed answers: the ``splitserve`` field added to the
+usage event, and a stream's error event told from its first event."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from app.api.request_report import splitserve_field
+from app.flow.request_timings import RequestTimings
+
+SSE_DONE = "data: [DONE]\n\n"
+
+
+async def with_report(
+    first: str,
+    events: AsyncIterator[str],
+    timings: list[RequestTimings],
+    on_end: Callable[[], None],
+) -> AsyncIterator[str]:
+    """Re-yield the SSE ``events``; the usage event (the last before ``[DONE]``, sent when
+    the client asked for usage) gets the ``splitserve`` field. ``on_end`` runs at the
+    end, however the stream ends."""
+    held = first
+    try:
+        async for event in events:
+            if event == SSE_DONE and '"usage"' in held and timings:
+                held = _add_report(held, timings)
+            yield held
+            held = event
+        yield held
+    finally:
+        on_end()
+        await events.aclose()  # type: ignore[attr-defined]
+
+
+def _add_report(event: str, timings: list[RequestTimings]) -> str:
+    body = json.loads(event[len("data: ") :])
+    if body.get("usage") is None or "error" in body:
+        return event
+    body["splitserve"] = splitserve_field(timings)
+    return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
+
+
+def error_event(event: str) -> dict[str, Any] | None:
+    if not event.startswith('data: {"error"'):
+        return None
+    body: dict[str, Any] = json.loads(event[len("data: ") :])
+    return body

@@ -1,0 +1,439 @@
+"""The engine adapter: one vLLM ``AsyncLLM`` per replica, in a prefill, decode or colocated role.
+
+This is the only module that imports vLLM's engine. It builds the engine from the
+arguments and environment :mod:`app.engine.setup` derives from the config, and exposes
+three calls the Serve deployments forward:
+
+- ``prefill(request)``: run the prompt with ``max_tokens=1`` and ``do_remote_decode``;
+  vLLM keeps the prompt's KV blocks and returns ``kv_transfer_params`` that locate them.
+- ``generate(request)``: stream tokens; on a decode replica the request carries those
+  params and the connector pulls the KV (NIXL READ) instead of recomputing the prompt.
+- ``stats()``: counters from the engine's own Prometheus metrics (prefix-cache hits,
+  external (transferred) hits, NIXL bytes) so callers can see what really happened.
+
+vLLM runs its engine core in a child process it spawns itself (with ``model.executor``
+``uni``, the default, the model runs in that process too); env vars must therefore be
+set before the engine is built, which is why the adapter sets them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from app.config import AppConfig
+from app.engine.cpu_affinity import CORE_LIST, pin_children
+from app.engine.setup import (
+    cpu_binding,
+    engine_arguments,
+    engine_environment,
+    side_channel_host,
+)
+from app.flow.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
+from app.kv import lease_release, object_store, peer_fence, read_deadline
+from app.kv.failure import FailureKind, TransferFailure
+from app.kv.fallback import Transport
+from app.kv.kv_read import nixl_read
+from app.kv.lease_release import Release
+from app.kv.payload import LOAD_PATH, NUM_TOKENS, SAVE_PATH
+from app.net import free_listen_port
+from app.observability.engine_metrics import BusyClock, pool_stat_logger
+
+logger = logging.getLogger("splitserve.engine")
+
+_RELEASE_TRIES = 20  # x 50 ms
+
+# Counters and gauges copied out of vLLM's Prometheus registry by `stats()`.
+_STAT_PREFIXES = (
+    "vllm:prefix_cache_queries",
+    "vllm:prefix_cache_hits",
+    "vllm:external_prefix_cache_queries",
+    "vllm:external_prefix_cache_hits",
+    "vllm:nixl_bytes_transferred",
+    "vllm:nixl_xfer_time_seconds",
+    "vllm:nixl_num_failed_transfers",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:request_success",
+)
+
+
+def bind_engine(cpu_binding: str | None, pool: str) -> None:
+    """Bind every thread of the engine processes this replica started to ``cpu_binding``.
+
+    vLLM applies ``VLLM_CPU_OMP_THREADS_BIND`` only in the worker processes of its ``mp``
+    executor. With ``uni`` nothing binds the engine, and on a CPU platform vLLM's NIXL
+    connector moves the model's thread to the last core of each NUMA node, so every
+    prefill and decode engine on a host computes on the same core. Bound here, once the
+    engine runs, each engine computes on its own cores. ``None``, ``all`` and ``nobind``
+    leave vLLM's choice.
+    """
+    if cpu_binding is None or not re.fullmatch(CORE_LIST, cpu_binding):
+        return
+    cores, pids = pin_children(cpu_binding, f"{pool}.cpu_binding")
+    logger.info("engine processes %s bound to cores %s", pids, sorted(cores))
+
+
+class EngineServer:
+    """One vLLM engine in one role; the Serve deployments are thin shells around it.
+
+    ``engine`` is anything with vLLM ``AsyncLLM``'s ``generate`` / ``abort`` /
+    ``shutdown``; it is injected so the request handling can be tested without vLLM.
+    """
+
+    def __init__(
+        self,
+        engine: Any,
+        role: Role,
+        engine_id: str,
+        stream_interval_s: float = 0.0,
+        stream_messages_per_s: float = 0.0,
+        busy: BusyClock | None = None,
+    ) -> None:
+        self.engine = engine
+        self.role = role
+        self.engine_id = engine_id
+        self.stream_interval_s = stream_interval_s
+        self.stream_messages_per_s = stream_messages_per_s
+        self.streams = 0  # generate() calls in progress
+        self.busy = busy or BusyClock()
+        # Prompt tokens handed to the engine, counted as they arrive (the SLO policy
+        # compares them with those the engine prefilled: app.scaling.autoscaling_stats).
+        self.arrived_prompt_tokens = 0
+        # Whether the prefill replica of this id still lives (a decode replica's fence);
+        # None: KV is never refused for its source.
+        self.peer_alive: Callable[[str], Awaitable[bool]] | None = None
+
+    @classmethod
+    def start(
+        cls, role: Role, config: AppConfig, model_path: str, application: str = ""
+    ) -> EngineServer:
+        """Build and start a vLLM engine for ``role`` in this process (of Serve ``application``)."""
+        from vllm.v1.engine.async_llm import AsyncLLM
+        from vllm.v1.metrics.loggers import PrometheusStatLogger
+
+        pool = config.prefill if role is Role.PREFILL else config.decode
+        engine_id = f"{role.value}-{uuid.uuid4().hex[:12]}"
+        swept = object_store.sweep_orphans()
+        if swept:
+            logger.warning("removed %d KV payload files left by dead replicas", len(swept))
+        port = free_listen_port(side_channel_host(config.transport.side_channel_host))
+        os.environ.update(engine_environment(role, pool, config, port))
+        vllm_config = engine_arguments(role, config, model_path, engine_id).create_engine_config()
+        # vLLM's CPU platform turns the `uni` executor into `mp` while it checks the
+        # config, which adds a worker process (~0.5 GiB, and a shared-memory queue hop
+        # per step) to each engine. Set after that check, `uni` runs the model in the
+        # engine-core process; its environment (OpenMP binding, libgomp preload) is
+        # inherited from this one, which is what the worker process would have had.
+        backend = config.model.executor_backend
+        if backend is not None:
+            vllm_config.parallel_config.distributed_executor_backend = backend
+        # Engine metrics go to Ray's export labelled by pool (app.observability.engine_metrics), and
+        # to this process's Prometheus registry, which `stats()` reads.
+        busy = BusyClock()
+        engine = AsyncLLM.from_vllm_config(
+            vllm_config,
+            stat_loggers=[pool_stat_logger(role.value, busy, application), PrometheusStatLogger],
+        )
+        bind_engine(cpu_binding(pool), "prefill" if role is Role.PREFILL else "decode")
+        return cls(
+            engine,
+            role,
+            engine_id,
+            pool.stream_interval_ms / 1000,
+            pool.stream_messages_per_s,
+            busy,
+        )
+
+    async def prefill(
+        self, request: GenerateRequest, transport: Transport = Transport.NIXL
+    ) -> AsyncIterator[Started | PrefillResult]:
+        """Compute the prompt's KV and hand it over by ``transport``.
+
+        Yields :class:`Started` as the engine gets the request, then the result. NIXL:
+        the engine keeps the blocks for a decode replica to pull (until pulled, aborted,
+        or the lease expires). Object store: the engine writes the blocks to a payload
+        file, which is moved into the Ray object store.
+        """
+        from vllm import SamplingParams
+
+        path = None
+        if transport is Transport.OBJECT_STORE:
+            path = object_store.new_payload_path("prefill")
+            kv: dict[str, Any] = {SAVE_PATH: path}
+        elif transport is Transport.NIXL:
+            kv = {"do_remote_decode": True}
+        else:
+            raise ValueError(f"prefill cannot hand KV over by {transport}")
+        params = SamplingParams(
+            max_tokens=1, detokenize=False, extra_args={"kv_transfer_params": kv}
+        )
+        try:
+            yield Started(self.engine_id)
+            final = None
+            async for output in self._run(request, params):
+                final = output
+            if final is None:
+                raise RuntimeError(f"prefill of {request.request_id} produced no output")
+            cached = int(final.num_cached_tokens or 0)
+            if path is not None:
+                ref, _, publish_s = await object_store.publish(path)
+                yield PrefillResult(
+                    kv_transfer_params=None,
+                    num_prompt_tokens=len(request.prompt_token_ids),
+                    kv_object=ref,
+                    publish_s=publish_s,
+                    num_cached_tokens=cached,
+                )
+                return
+            if not final.kv_transfer_params:
+                raise RuntimeError(f"prefill of {request.request_id} returned no KV location")
+            yield PrefillResult(
+                kv_transfer_params=dict(final.kv_transfer_params),
+                num_prompt_tokens=len(request.prompt_token_ids),
+                num_cached_tokens=cached,
+            )
+        finally:
+            if path is not None:
+                object_store.remove(path)
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[Started | TokenChunk]:
+        """Stream the request's new tokens, loading transferred KV when the request has some.
+
+        Yields :class:`Started` first, as the engine gets the request. If the transferred
+        KV cannot be used, the next and last chunk has ``transfer_failed`` set and no
+        tokens, so the caller can fall back. With NIXL, the last chunk carries the KV's
+        size and read time as the decode engine's connector recorded them.
+
+        After the first chunk, the next is taken no sooner than :meth:`chunk_interval`
+        after the previous one was handed on: meanwhile vLLM merges the steps' new tokens
+        into one pending output (``RequestOutputKind.DELTA``), so one message carries
+        them all. The first token is never held.
+        """
+        from vllm.sampling_params import RequestOutputKind
+
+        params = request.sampling_params.clone()
+        params.output_kind = RequestOutputKind.DELTA
+        kv = request.kv_transfer_params
+        path = None
+        kv_bytes = 0
+        fetch_s = 0.0
+        self.streams += 1
+        try:
+            yield Started(self.engine_id)
+            fenced = await self._fenced(request)
+            if fenced is not None:
+                yield TokenChunk("", [], transfer_failed=fenced)
+                return
+            late = time.time() - (request.kv_expires_at or float("inf"))
+            if kv is not None and late > 0:
+                # Prefill's lease on the blocks has run out: they may be freed and reused,
+                # and reading them would give wrong KV without any error.
+                failure = TransferFailure(
+                    FailureKind.KV_EXPIRED,
+                    f"the decode replica started the request {late:.1f} s after prefill's "
+                    "lease on its KV blocks ran out",
+                )
+                yield TokenChunk("", [], transfer_failed=failure)
+                return
+            if request.kv_object is not None:
+                path = object_store.new_payload_path("decode")
+                try:
+                    kv_bytes, fetch_s = await object_store.materialize(request.kv_object, path)
+                except Exception as exc:  # lost object, dead owner, bad payload
+                    failure = TransferFailure(
+                        FailureKind.OBJECT_STORE_GET, f"{type(exc).__name__}: {exc}"
+                    )
+                    yield TokenChunk("", [], transfer_failed=failure)
+                    return
+                kv = {LOAD_PATH: path, NUM_TOKENS: request.kv_num_tokens}
+            elif kv is not None and request.kv_expires_at is not None:
+                # The connector refuses the read if it would start later than this.
+                kv = {
+                    **kv,
+                    read_deadline.READ_BY: request.kv_expires_at,
+                    read_deadline.READER: request.request_id,
+                }
+            if kv is not None:
+                params.extra_args = {**(params.extra_args or {}), "kv_transfer_params": kv}
+            first = True
+            async for output in self._run(request, params):
+                completion = output.outputs[0]
+                if first and kv and completion.finish_reason == "error":
+                    yield TokenChunk("", [], transfer_failed=await self._load_failure(request))
+                    return
+                if output.finished and output.kv_transfer_params:
+                    kv_bytes, fetch_s = nixl_read(output.kv_transfer_params) or (
+                        kv_bytes,
+                        fetch_s,
+                    )
+                yield TokenChunk(
+                    text=completion.text,
+                    token_ids=list(completion.token_ids),
+                    finish_reason=completion.finish_reason,
+                    stop_reason=completion.stop_reason,
+                    num_cached_tokens=int(output.num_cached_tokens or 0),
+                    logprobs=completion.logprobs,
+                    cumulative_logprob=completion.cumulative_logprob,
+                    prompt_logprobs=output.prompt_logprobs if first else None,
+                    kv_bytes=kv_bytes if first or output.finished else 0,
+                    kv_fetch_s=fetch_s if first or output.finished else 0.0,
+                )
+                first = False
+                interval = self.chunk_interval()
+                if interval and not completion.finish_reason:
+                    await asyncio.sleep(interval)
+        finally:
+            self.streams -= 1
+            if path is not None:
+                object_store.remove(path)
+
+    async def _fenced(self, request: GenerateRequest) -> TransferFailure | None:
+        """Refuse NIXL KV whose prefill replica is gone, at once: its blocks died with it
+        (a read would wait for NIXL to time out). The engine forgets that peer now."""
+        kv = request.kv_transfer_params
+        if kv is None or not request.kv_source or self.peer_alive is None:
+            return None
+        if await self.peer_alive(request.kv_source):
+            return None
+        engine_id = str(kv.get("remote_engine_id") or "")
+        try:
+            await self.engine.collective_rpc(peer_fence.METHOD, args=([engine_id],))
+        except Exception:  # forgetting is housekeeping; the refusal stands
+            logger.warning("could not make the engine forget NIXL peer %s", engine_id)
+        return TransferFailure(
+            FailureKind.KV_FENCED,
+            f"prefill replica {request.kv_source} (engine {engine_id}), which held the KV, is gone",
+        )
+
+    async def _load_failure(self, request: GenerateRequest) -> TransferFailure:
+        """Why the engine could not load a request's KV: its read refused as too late
+        (:mod:`app.kv.read_deadline`), or the load itself failed."""
+        if request.kv_transfer_params is not None and request.kv_expires_at is not None:
+            try:
+                answers = await self.engine.collective_rpc(
+                    read_deadline.METHOD, args=([request.request_id],)
+                )
+            except Exception:  # an engine without the extension: a plain load failure
+                answers = [[]]
+            if request.request_id in answers[0]:
+                late = time.time() - request.kv_expires_at
+                return TransferFailure(
+                    FailureKind.KV_EXPIRED,
+                    f"the decode engine refused to read the KV {late:.1f} s after its "
+                    "deadline (prefill's lease may have freed the blocks)",
+                )
+        return TransferFailure(FailureKind.KV_LOAD, "the decode engine could not load the KV")
+
+    def chunk_interval(self) -> float:
+        """Seconds between a stream's chunks: streams / budget, capped by the interval."""
+        if not self.stream_messages_per_s:
+            return self.stream_interval_s
+        return min(self.stream_interval_s, self.streams / self.stream_messages_per_s)
+
+    async def _run(self, request: GenerateRequest, params: Any) -> AsyncIterator[Any]:
+        finished = False
+        self.arrived_prompt_tokens += len(request.prompt_token_ids)
+        self.busy.submitted()
+        try:
+            async for output in self.engine.generate(
+                {"prompt_token_ids": request.prompt_token_ids}, params, request.request_id
+            ):
+                finished = output.finished
+                yield output
+        finally:
+            # A caller that stops listening (client gone, deadline) must not leave the
+            # request, and the KV blocks it holds, inside the engine.
+            if not finished:
+                await self.engine.abort(request.request_id)
+
+    def stats(self) -> EngineStats:
+        """Engine counters from this process's vLLM Prometheus metrics."""
+        from prometheus_client import REGISTRY
+
+        counters: dict[str, float] = {}
+        for metric in REGISTRY.collect():
+            if not metric.name.startswith(_STAT_PREFIXES):
+                continue
+            for sample in metric.samples:
+                if sample.name.endswith("_created") or sample.name.endswith("_bucket"):
+                    continue
+                counters[sample.name] = counters.get(sample.name, 0.0) + sample.value
+        return EngineStats(role=self.role, engine_id=self.engine_id, counters=counters)
+
+    async def release_kv(self, kv_transfer_params: dict[str, Any]) -> Release:
+        """Free at once the NIXL blocks a prefill kept for a decode attempt that has ended
+        without reading them (:mod:`app.kv.lease_release`)."""
+        request_id = str(kv_transfer_params.get("remote_request_id") or "")
+        outcome = Release.UNKNOWN
+        # Just after the prefill the worker may not have its lease yet (it learns it at
+        # the engine's next step): ask again for a moment.
+        for _ in range(_RELEASE_TRIES):
+            answers = await self.engine.collective_rpc(lease_release.METHOD, args=([request_id],))
+            outcome = Release(answers[0].get(request_id, Release.UNKNOWN))
+            if outcome is not Release.PENDING:
+                break
+            await asyncio.sleep(0.05)
+        logger.debug("release of %s's KV blocks: %s", request_id, outcome.value)
+        return outcome
+
+    async def drain_leases(self, limit_s: float) -> tuple[int, int]:
+        """Wait, at most ``limit_s``, until this prefill engine keeps no NIXL blocks for a
+        decode to pull: each is read or its lease expires (a stopping replica's last act
+        before its engine shuts down). (Held at the start, held at the end.)"""
+        deadline = time.monotonic() + limit_s
+        held = first = await self._held_leases()
+        while held and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            held = await self._held_leases()
+        return first, held
+
+    async def _held_leases(self) -> int:
+        try:
+            answers = await self.engine.collective_rpc(lease_release.HELD)
+        except Exception:  # no extension (no NIXL), or the engine is gone: nothing to wait for
+            return 0
+        return int(answers[0])
+
+    async def hold_scheduling(self, seconds: float) -> None:
+        """Stop the engine scheduling any step for ``seconds``, then resume; requests wait,
+        none is lost. A stalled engine as fault tests need it (a read that starts late)."""
+        await self.engine.pause_generation(mode="keep", clear_cache=False)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            await self.engine.resume_generation()
+
+    async def all_blocks_free(self) -> bool:
+        """True when the engine holds no KV block for any request.
+
+        Asks vLLM to reset its prefix cache, which it refuses while any block is in use
+        (running requests, or blocks kept for a remote decode to pull). Side effect: the
+        prefix cache is emptied, so call it from tests and diagnostics, not per request.
+        """
+        return bool(await self.engine.reset_prefix_cache())
+
+    def process_info(self) -> dict[str, Any]:
+        """PID and resident memory (bytes) of this replica and the engine processes it spawned."""
+        import psutil
+
+        me = psutil.Process()
+        rss = me.memory_info().rss
+        children = []
+        for child in me.children(recursive=True):
+            try:
+                rss += child.memory_info().rss
+                children.append(child.pid)
+            except psutil.NoSuchProcess:
+                continue
+        return {"pid": me.pid, "rss_bytes": rss, "children": children}
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()

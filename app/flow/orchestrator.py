@@ -1,0 +1,399 @@
+"""Orchestration of one request across the pools, and where the transfer fallback is decided.
+
+The ingress drives both steps (README, "Layout" explains why): it asks the prefill pool to
+compute the prompt's KV and hand it over by a transport, then asks the decode pool to
+generate with that KV. The transports are tried in the order of the request's plan
+(:mod:`app.kv.fallback`): when a prefill fails or times out, or the decode
+replica reports that it could not use the KV, the next transport is tried; the last is
+always a local recompute on the decode replica. In colocated mode the decode pool
+serves the whole request. Pools are reached through :class:`~app.flow.pool_client.PoolClient`,
+so this logic runs the same against Ray Serve handles and against test fakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+
+from app.api.errors import describe_failure
+from app.config import MigrationConfig, Mode, TransportConfig
+from app.flow.disaggregation import decide
+from app.flow.migration import AnswerText, ReplicaLost, resumable
+from app.flow.pool_client import PoolBusy, PoolClient
+from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
+from app.flow.request_timings import RequestTimings
+from app.kv.failure import FailureKind, TransferFailure
+from app.kv.fallback import Attempt, TransferReport, Transport
+
+logger = logging.getLogger("splitserve.orchestrator")
+
+
+class Orchestrator:
+    """Runs requests in ``mode`` over a prefill pool (disaggregated only) and a decode pool.
+
+    Timeouts, each measuring what it names (``transport`` in the YAML):
+    ``prefill_queue_timeout_s`` bounds the wait for a prefill replica to start the
+    prefill; ``prefill_timeout_s`` the prefill itself from then; ``transfer_timeout_s``
+    the wait for decode's first token from when the decode replica started the request
+    (an object-store fetch, the decode engine's own queue, the KV read and one step).
+    Waiting in Serve's queue for the decode pool has no limit but the request's
+    deadline: a busy decode pool would be as busy for a recompute.
+    """
+
+    def __init__(
+        self,
+        mode: Mode,
+        decode: PoolClient,
+        prefill: PoolClient | None = None,
+        plan: tuple[Transport, ...] = (Transport.NIXL, Transport.RECOMPUTE),
+        timeouts: TransportConfig | None = None,
+        on_transfer: Callable[[TransferReport], None] | None = None,
+        local_prefill_below_tokens: int = 0,
+        max_prefill_backlog: int = 1 << 30,
+        migration: MigrationConfig | None = None,
+        prefill_serving: Callable[[], bool] | None = None,
+    ) -> None:
+        if mode is Mode.DISAGGREGATED and prefill is None:
+            raise ValueError("disaggregated mode needs a prefill pool")
+        if not plan or plan[-1] is not Transport.RECOMPUTE:
+            raise ValueError("a transfer plan must end with recompute")
+        self.mode = mode
+        self.decode = decode
+        self.prefill = prefill
+        self.plan = plan
+        self.timeouts = timeouts or TransportConfig()
+        self.on_transfer = on_transfer
+        self.local_prefill_below_tokens = local_prefill_below_tokens
+        self.max_prefill_backlog = max_prefill_backlog
+        self.migration = migration or MigrationConfig()
+        # Whether the prefill pool has a replica serving now (app.api.readiness); when not,
+        # prompts are prefilled on decode at once instead of waiting in its queue.
+        self.prefill_serving = prefill_serving or (lambda: True)
+        self.prefills_in_flight = 0
+        self._releases: set[asyncio.Task[None]] = set()
+
+    async def run(
+        self,
+        request: GenerateRequest,
+        timings: RequestTimings | None = None,
+        answer_text: Callable[[], AnswerText] | None = None,
+    ) -> AsyncIterator[TokenChunk]:
+        """Stream ``request``'s tokens; in disaggregated mode, move its KV by the plan.
+
+        A stream whose decode replica is lost continues on another (:mod:`app.flow.migration`);
+        after such a move its text comes from ``answer_text``, when given.
+        """
+        timings = timings or RequestTimings()
+        started = time.perf_counter()
+
+        def serve(current: GenerateRequest) -> AsyncIterator[TokenChunk]:
+            if current is not request:  # a continuation makes its own transfer decision
+                timings.transfer = TransferReport()
+            if self.mode is Mode.COLOCATED:
+                return self._decode_only(current, timings)
+            return self._disaggregated(current, timings)
+
+        chunks = resumable(
+            serve,
+            request,
+            self.migration,
+            timings.migrations.append,
+            lambda: timings.decode_engine,
+            answer_text,
+        )
+        last = 0.0
+        try:
+            async for chunk in chunks:
+                now = time.perf_counter() - started
+                if not last:
+                    timings.first_token_s = now
+                elif chunk.token_ids:
+                    timings.token_gaps_s.append(now - last)
+                last = now
+                yield chunk
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+            # One report per request, whatever migrations and retries it took: the last
+            # stream's (an earlier stream's losses are counted as migrations).
+            if self.mode is Mode.DISAGGREGATED:
+                self._record(timings.transfer)
+        timings.total_s = time.perf_counter() - started
+
+    async def _disaggregated(
+        self, request: GenerateRequest, timings: RequestTimings
+    ) -> AsyncIterator[TokenChunk]:
+        report = timings.transfer
+        decision = decide(
+            len(request.prompt_token_ids),
+            self.local_prefill_below_tokens,
+            self.prefills_in_flight,
+            self.max_prefill_backlog,
+            request.local_prefill_reason,
+            self.prefill_serving(),
+        )
+        report.remote_prefill, report.decision_reason = decision.remote, decision.reason
+        chunks = (
+            self._transferred(request, timings)
+            if decision.remote
+            else self._decode_only(request, timings)
+        )
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+
+    async def _transferred(
+        self, request: GenerateRequest, timings: RequestTimings
+    ) -> AsyncIterator[TokenChunk]:
+        """Try the plan's transports in order; the first whose KV decode can use serves."""
+        report = timings.transfer
+        prefill_reachable = True
+        for number, transport in enumerate(self.plan):
+            attempt = (
+                request
+                if number == 0
+                else replace(request, request_id=f"{request.request_id}.{number}")
+            )
+            if transport is not Transport.RECOMPUTE:
+                if not prefill_reachable:
+                    continue  # every transport but recompute needs the prefill pool
+                try:
+                    result = await self._prefill(attempt, transport, timings)
+                except Exception as exc:  # any failure falls back to the next transport
+                    failure = _prefill_failure(exc)
+                    # A prefill pool that is busy or slow would be as busy or slow for the
+                    # next transport; one that failed this transport may serve another.
+                    prefill_reachable = failure.kind not in _POOL_UNAVAILABLE
+                    report.attempts.append(Attempt(transport, failure))
+                    _log_fallback(request, transport, failure)
+                    continue
+                attempt = replace(
+                    attempt,
+                    kv_transfer_params=result.kv_transfer_params,
+                    kv_object=result.kv_object,
+                    kv_num_tokens=result.num_prompt_tokens,
+                    kv_expires_at=self._kv_expiry() if result.kv_transfer_params else None,
+                    kv_source=result.replica if result.kv_transfer_params else "",
+                )
+                report.transfer_s = result.publish_s
+            stream = self.decode.generate(attempt)
+            # Whether the decode attempt is known to be over without a read in flight:
+            # only then may prefill free the blocks at once. Otherwise (a timed-out read,
+            # a client gone while decode reads) decode's abort tells prefill itself
+            # (vLLM's connector), or the lease frees them.
+            over = _DecodeAttempt()
+            try:
+                try:
+                    first = await self._first_chunk(stream, transport, timings, over)
+                except Exception as exc:  # the decode pool failed: so does the request
+                    failure = TransferFailure(FailureKind.DECODE_ERROR, describe_failure(exc))
+                    report.attempts.append(Attempt(transport, failure))
+                    # Never started, or its replica or engine is gone: no read in flight.
+                    over.ended = not over.started or isinstance(exc, ReplicaLost)
+                    raise
+                if first is not None and first.transfer_failed is not None:
+                    report.attempts.append(Attempt(transport, first.transfer_failed))
+                    _log_fallback(request, transport, first.transfer_failed)
+                    # Decode said it could not use the KV: its read is over, unless it
+                    # is only our timer that ran out.
+                    over.ended = first.transfer_failed.kind is not FailureKind.TRANSFER_TIMEOUT
+                    continue
+                report.attempts.append(Attempt(transport))
+                over.used = True
+                if first is None:
+                    return
+                publish_s = report.transfer_s
+                _note_kv(first, timings, publish_s)
+                yield first
+                async for item in stream:
+                    if isinstance(item, TokenChunk):
+                        _note_kv(item, timings, publish_s)
+                        yield item
+                return
+            finally:
+                await stream.aclose()  # type: ignore[attr-defined]
+                if over.ended and not over.used and attempt.kv_transfer_params is not None:
+                    self._release(result)
+        raise RuntimeError("every transport failed, recompute included")
+
+    async def _decode_only(
+        self, request: GenerateRequest, timings: RequestTimings
+    ) -> AsyncIterator[TokenChunk]:
+        """The whole request on the decode (or colocated) pool: no KV moves."""
+        stream = self.decode.generate(request)
+        queued = time.perf_counter()
+        started = None
+        try:
+            async for item in stream:
+                if isinstance(item, Started):
+                    started = time.perf_counter()
+                    timings.decode_queue_s += started - queued
+                    timings.decode_engine = item.engine_id
+                    continue
+                if started is not None:
+                    timings.decode_first_token_s = time.perf_counter() - started
+                    started = None
+                yield item
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    async def _first_chunk(
+        self,
+        stream: AsyncIterator[Started | TokenChunk],
+        transport: Transport,
+        timings: RequestTimings,
+        attempt: _DecodeAttempt,
+    ) -> TokenChunk | None:
+        """The decode stream's first chunk of tokens (None: the stream ended empty).
+
+        The wait for the decode replica has no limit here (the request's deadline bounds
+        it); the transfer's does, from when the replica started the request: a transfer
+        that hangs fails the attempt.
+        """
+        queued = time.perf_counter()
+        item = await anext(aiter(stream), None)
+        if isinstance(item, Started):
+            attempt.started = True
+            timings.decode_queue_s += time.perf_counter() - queued
+            timings.decode_engine = item.engine_id
+            started = time.perf_counter()
+            limit = None if transport is Transport.RECOMPUTE else self.timeouts.transfer_timeout_s
+            try:
+                async with asyncio.timeout(limit):
+                    item = await anext(aiter(stream), None)
+            except TimeoutError:
+                return TokenChunk(
+                    "",
+                    [],
+                    transfer_failed=TransferFailure(
+                        FailureKind.TRANSFER_TIMEOUT,
+                        f"no first token {limit:g} s after the decode replica started",
+                    ),
+                )
+            timings.decode_first_token_s = time.perf_counter() - started
+        assert item is None or isinstance(item, TokenChunk)
+        return item
+
+    async def _prefill(
+        self, request: GenerateRequest, transport: Transport, timings: RequestTimings
+    ) -> PrefillResult:
+        """One prefill: the wait for a replica and its run each within their timeout."""
+        assert self.prefill is not None
+        queued = time.perf_counter()
+        stream = None
+        self.prefills_in_flight += 1
+        try:
+            # (Inside the try: a call that raises at once must not leave the count up.)
+            stream = self.prefill.prefill(request, transport)
+            try:
+                async with asyncio.timeout(self.timeouts.prefill_queue_timeout_s):
+                    started = await anext(aiter(stream))
+            except TimeoutError as exc:
+                raise _Timeout(
+                    FailureKind.PREFILL_QUEUE_TIMEOUT, self.timeouts.prefill_queue_timeout_s
+                ) from exc
+            assert isinstance(started, Started)
+            timings.prefill_queue_s += time.perf_counter() - queued
+            running = time.perf_counter()
+            try:
+                async with asyncio.timeout(self.timeouts.prefill_timeout_s):
+                    result = await anext(aiter(stream))
+                    timings.prefill_s += time.perf_counter() - running
+                    # Let the call end on its own (stopping it early would cancel it).
+                    async for _ in stream:
+                        pass
+            except TimeoutError as exc:
+                raise _Timeout(
+                    FailureKind.PREFILL_TIMEOUT, self.timeouts.prefill_timeout_s
+                ) from exc
+            assert isinstance(result, PrefillResult)
+            timings.prefill_engine = started.engine_id
+            timings.prefill_cached_tokens = result.num_cached_tokens
+            return result
+        finally:
+            self.prefills_in_flight -= 1
+            if stream is not None:
+                await stream.aclose()  # type: ignore[attr-defined]
+
+    def _release(self, result: PrefillResult) -> None:
+        """Free a failed attempt's NIXL blocks on prefill now, without waiting for it."""
+        assert self.prefill is not None
+        task = asyncio.ensure_future(self.prefill.release(result))
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    def _kv_expiry(self) -> float:
+        """The latest a decode replica may start reading NIXL blocks prefill just kept.
+
+        Decode's engine renews prefill's lease by heartbeats once the request is in its
+        scheduler, but vLLM 0.32 sends them every ``kv_lease_s // 6`` s on one timer for
+        all requests: a request added just after a heartbeat waits that long for its
+        first. So a decode start needs more than that interval of lease left, plus a
+        margin for the hop into the engine and for clocks; else prefill could free and
+        reuse the blocks under the read (wrong tokens, no error).
+        """
+        lease = self.timeouts.kv_lease_s
+        return time.time() + lease - (lease // 6 + _LEASE_SLACK_S)
+
+    def _record(self, report: TransferReport) -> None:
+        if self.on_transfer is None:
+            return
+        try:
+            self.on_transfer(report)
+        except Exception:  # metrics must never fail a request
+            logger.exception("recording the transfer report failed")
+
+
+def _note_kv(chunk: TokenChunk, timings: RequestTimings, publish_s: float) -> None:
+    """Take the KV's size and fetch time from the chunk that reports them."""
+    if chunk.kv_fetch_s or chunk.kv_bytes:
+        timings.kv_fetch_s = chunk.kv_fetch_s or timings.kv_fetch_s
+        timings.transfer.kv_bytes = chunk.kv_bytes or timings.transfer.kv_bytes
+        timings.transfer.transfer_s = publish_s + timings.kv_fetch_s
+
+
+# Beyond vLLM's heartbeat interval: the hop into the decode engine, and clock skew.
+_LEASE_SLACK_S = 2.0
+
+_POOL_UNAVAILABLE = (
+    FailureKind.PREFILL_BUSY,
+    FailureKind.PREFILL_QUEUE_TIMEOUT,
+    FailureKind.PREFILL_TIMEOUT,
+)
+
+
+@dataclass
+class _DecodeAttempt:
+    """What is known of one decode attempt with transferred KV."""
+
+    started: bool = False  # the decode replica took the request (it may read)
+    used: bool = False  # decode served the request with the KV
+    ended: bool = False  # decode reported the attempt over: no read in flight
+
+
+class _Timeout(Exception):
+    """A prefill timeout, with its kind."""
+
+    def __init__(self, kind: FailureKind, seconds: float) -> None:
+        super().__init__(f"no answer within {seconds:g} s")
+        self.kind = kind
+
+
+def _log_fallback(request: GenerateRequest, transport: Transport, failure: TransferFailure) -> None:
+    # The client still gets its answer; operators should still see why the KV took
+    # another path (the same reason is in the request's ``splitserve`` field).
+    logger.warning(
+        "request %s: KV over %s failed (%s); falling back", request.request_id, transport, failure
+    )
+
+
+def _prefill_failure(exc: Exception) -> TransferFailure:
+    if isinstance(exc, _Timeout):
+        return TransferFailure(exc.kind, str(exc))
+    if isinstance(exc, PoolBusy):
+        return TransferFailure(FailureKind.PREFILL_BUSY, str(exc))
+    return TransferFailure(FailureKind.PREFILL_ERROR, describe_failure(exc))

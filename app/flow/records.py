@@ -1,0 +1,110 @@
+"""Runtime records passed between the ingress and the engine pools (frozen dataclasses).
+
+They cross Ray process boundaries, so they hold only picklable plain data and the vLLM
+`SamplingParams` built by the ingress.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from app.kv.failure import TransferFailure
+
+
+class Role(StrEnum):
+    """What an engine replica does in the application."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+    COLOCATED = "colocated"
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One tokenized request, as the ingress hands it to a pool."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    # vllm.SamplingParams; typed loosely so this module imports without vLLM.
+    sampling_params: Any
+    # Where decode finds the prompt's KV: NIXL's params, or a Ray object (an ObjectRef
+    # to a KV payload) covering ``kv_num_tokens`` prompt tokens. Neither: recompute.
+    kv_transfer_params: dict[str, Any] | None = None
+    kv_object: Any = None
+    kv_num_tokens: int = 0
+    # Unix time after which prefill may have freed the NIXL blocks (its lease, less a
+    # margin): a decode replica that starts the request later must not read them.
+    kv_expires_at: float | None = None
+    # The prefill replica (Serve unique id) that holds those NIXL blocks: a decode replica
+    # refuses KV from one that is gone (fencing) instead of trying to read it.
+    kv_source: str = ""
+    # Why this request must be prefilled on decode whatever its length (it needs the
+    # prompt's logprobs, or it is a parallel sample whose prompt decode has cached).
+    local_prefill_reason: str | None = None
+    # The Serve replica (unique id) that should serve it, for warm-ups that pair two
+    # given replicas; empty: the pool's router chooses.
+    replica: str = ""
+
+
+@dataclass(frozen=True)
+class Started:
+    """A pool's first message for a request: its replica has handed it to the engine.
+
+    Everything before it is Serve's queue; the ingress's timeouts on the prefill's own
+    time and on the KV transfer start here.
+    """
+
+    engine_id: str
+
+
+@dataclass(frozen=True)
+class PrefillResult:
+    """What the prefill pool returns: where decode finds the prompt's KV."""
+
+    kv_transfer_params: dict[str, Any] | None
+    num_prompt_tokens: int
+    kv_object: Any = None  # object store: ObjectRef of the KV payload
+    publish_s: float = 0.0
+    num_cached_tokens: int = 0  # prompt tokens the prefill engine found in its prefix cache
+    replica: str = ""  # the Serve replica that holds the KV (its unique id)
+
+
+@dataclass(frozen=True)
+class KvRelease:
+    """A call for the prefill replica named ``replica`` (routed to it, not by policy): free
+    the NIXL blocks ``kv_transfer_params`` locate, which no decode attempt will read."""
+
+    replica: str
+    kv_transfer_params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    """Newly generated tokens for one request since the previous chunk."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    num_cached_tokens: int = 0
+    # vLLM's sample logprobs of these tokens, when the request asked for logprobs.
+    logprobs: Any = None
+    cumulative_logprob: float | None = None
+    prompt_logprobs: Any = None  # first chunk only, when the request asked for them
+    # On the first chunk only: the KV could not be used; nothing was generated.
+    transfer_failed: TransferFailure | None = None
+    # How the KV arrived, on the chunk that first knows it (object store: the first;
+    # NIXL: the last, from the connector's record of the read).
+    kv_bytes: int = 0  # bytes of KV this replica received for the request
+    kv_fetch_s: float = 0.0  # getting the KV next to the engine
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """Counters read from one engine replica's vLLM Prometheus metrics."""
+
+    role: Role
+    engine_id: str
+    counters: dict[str, float] = field(default_factory=dict)

