@@ -108,7 +108,7 @@ async def warm_pair(
         pinned = replace(request(transport), replica=peer)
         return await _pair(prefill.prefill, server.generate, pinned, transport)
 
-    await _warm_peers(pull, prefill_replicas or [""], transports, report)
+    await warm_peers(pull, prefill_replicas or [""], transports, report)
 
 
 async def warm_pair_from_prefill(
@@ -125,7 +125,7 @@ async def warm_pair_from_prefill(
     async def push(peer: str, transport: Transport) -> str:
         return await _pair(server.prefill, decode.generate, request(transport), transport, peer)
 
-    await _warm_peers(push, decode_replicas, transports, report)
+    await warm_peers(push, decode_replicas, transports, report)
 
 
 def _pair_request(server: Any, side: str) -> Callable[[Transport], GenerateRequest]:
@@ -139,7 +139,7 @@ def _pair_request(server: Any, side: str) -> Callable[[Transport], GenerateReque
     return request
 
 
-async def _warm_peers(
+async def warm_peers(
     pair: Callable[[str, Transport], Awaitable[str]],
     peers: list[str],
     transports: tuple[Transport, ...],

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from app.planning.simulator import _Clock, _State
+    from app.planning.sim_core import Clock, RequestState
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ class SharedCores:
     (Linux's fair scheduler, at a granularity finer than any step). ``cores`` = 0: every
     job runs at full speed."""
 
-    def __init__(self, clock: _Clock, cores: int) -> None:
+    def __init__(self, clock: Clock, cores: int) -> None:
         self.clock, self.cores = clock, cores
         self.jobs: dict[int, _Job] = {}
         self.ids = itertools.count()
@@ -158,7 +158,7 @@ class _Job:
 class FrontEndServer:
     """One FIFO server every request and streamed chunk visits (none: free and instant)."""
 
-    def __init__(self, clock: _Clock, cost: FrontEndCost | None, cpu: SharedCores) -> None:
+    def __init__(self, clock: Clock, cost: FrontEndCost | None, cpu: SharedCores) -> None:
         self.clock, self.cost, self.cpu = clock, cost, cpu
         self.queue: deque[tuple[float, Callable[[], None]]] = deque()
         self.busy = False
@@ -193,11 +193,11 @@ class Streams:
     """How a decode replica's tokens reach clients: in chunks, through the front end; a
     token counts as delivered when its chunk is through."""
 
-    def __init__(self, clock: _Clock, frontend: FrontEndServer) -> None:
+    def __init__(self, clock: Clock, frontend: FrontEndServer) -> None:
         self.clock, self.frontend = clock, frontend
         self.chunk_s = frontend.cost.chunk_s if frontend.cost else 0.0
 
-    def chunk(self, state: _State, first: bool = False, last: bool = False) -> None:
+    def chunk(self, state: RequestState, first: bool = False, last: bool = False) -> None:
         """A chunk leaves the engine now (with the stream's first and/or last token)."""
         state.last_chunk = self.clock.now
 
@@ -211,7 +211,7 @@ class Streams:
 
         self.frontend.visit(self.chunk_s, through)
 
-    def token(self, state: _State, streams: int) -> None:
+    def token(self, state: RequestState, streams: int) -> None:
         """A token in the middle of a stream: a chunk once the stream's interval is up."""
         cost = self.frontend.cost
         if cost is None or self.clock.now - state.last_chunk < cost.chunk_interval_s(streams):

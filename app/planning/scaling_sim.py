@@ -33,15 +33,13 @@ from app.api.admission import Admission, Overloaded
 from app.config import AdmissionConfig
 from app.planning.engine_profile import EngineProfile
 from app.planning.goodput import SLO, attainment
+from app.planning.sim_core import Clock, RequestState, SimRequest
 from app.planning.simulator import (
+    DecodeReplica,
+    Link,
+    PrefillReplica,
     SimOutcome,
-    SimRequest,
     Topology,
-    _Clock,
-    _DecodeReplica,
-    _Link,
-    _PrefillReplica,
-    _State,
     outcomes,
 )
 from app.scaling.demand import Demand, demand_figures
@@ -84,8 +82,8 @@ class ScalingRun:
         return attainment(self.outcomes, slo)
 
 
-Replica = _PrefillReplica | _DecodeReplica
-R = TypeVar("R", _PrefillReplica, _DecodeReplica)
+Replica = PrefillReplica | DecodeReplica
+R = TypeVar("R", PrefillReplica, DecodeReplica)
 
 
 @dataclass
@@ -119,25 +117,25 @@ def simulate_scaling(
     """Every request's outcome (in the order given), with ``policy`` resizing the
     pools (None: they stay at ``config.start``); with ``model``, the policy also gets
     the split the model says the front door's demand needs."""
-    clock = _Clock()
-    prefill: _Pool[_PrefillReplica] = _Pool()
-    decode: _Pool[_DecodeReplica] = _Pool()
-    states = [_State(r, r.prompt_tokens) for r in requests]
+    clock = Clock()
+    prefill: _Pool[PrefillReplica] = _Pool()
+    decode: _Pool[DecodeReplica] = _Pool()
+    states = [RequestState(r, r.prompt_tokens) for r in requests]
     prefilled_at: dict[int, float] = {}
-    link = _Link(clock, topology)
+    link = Link(clock, topology)
 
-    def to_decode(state: _State) -> None:
+    def to_decode(state: RequestState) -> None:
         min(decode.active, key=lambda d: d.load).add(state)
 
-    def prefill_done(state: _State) -> None:
+    def prefill_done(state: RequestState) -> None:
         prefilled_at[id(state)] = clock.now
         link.send(state, to_decode)
 
-    def new_prefill() -> _PrefillReplica:
-        return _PrefillReplica(clock, profile, topology, prefill_done)
+    def new_prefill() -> PrefillReplica:
+        return PrefillReplica(clock, profile, topology, prefill_done)
 
-    def new_decode() -> _DecodeReplica:
-        return _DecodeReplica(clock, profile, topology)
+    def new_decode() -> DecodeReplica:
+        return DecodeReplica(clock, profile, topology)
 
     prefill.active = [new_prefill() for _ in range(config.start[0])]
     decode.active = [new_decode() for _ in range(config.start[1])]
@@ -154,7 +152,7 @@ def simulate_scaling(
             predicted_share=a.predicted_share,
         )
 
-    def arrive(state: _State) -> None:
+    def arrive(state: RequestState) -> None:
         if admission is not None:
             try:
                 ticket = admission.admit()
@@ -311,13 +309,13 @@ def simulate_scaling(
 
 
 def _load(replica: Replica) -> float:
-    if isinstance(replica, _PrefillReplica):
+    if isinstance(replica, PrefillReplica):
         return replica.queued_tokens + (1 if replica.busy else 0)
     return replica.load
 
 
 def _holds_work(replica: Replica) -> bool:
-    if isinstance(replica, _PrefillReplica):
+    if isinstance(replica, PrefillReplica):
         return replica.busy or bool(replica.queue)
     return replica.busy or replica.load > 0
 

@@ -38,16 +38,15 @@ them.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from app.planning.engine_profile import EngineProfile
 from app.planning.frontend import FrontEndCost, FrontEndServer, SharedCores, Streams
+from app.planning.sim_core import Clock, RequestState, SimRequest
 
 
 @dataclass(frozen=True)
@@ -83,51 +82,17 @@ class Topology:
 
 
 @dataclass(frozen=True)
-class SimRequest:
-    arrival: float
-    prompt_tokens: int
-    output_tokens: int
-
-
-@dataclass(eq=False)  # each request is itself: compared (and found in lists) by identity
-class _State:
-    request: SimRequest
-    prefill_left: int
-    remote: bool = False  # prefilled by the prefill pool
-    tokens_out: int = 0
-    first_token: float = math.nan
-    finished: float = math.nan
-    last_chunk: float = math.nan  # when the engine last handed a chunk on
-    on_first_token: Callable[[], None] | None = None  # called as the first token is through
-
-
-@dataclass(frozen=True)
 class SimOutcome:
     ttft: float
     tpot: float  # nan for a one-token output
 
 
-@dataclass
-class _Clock:
-    events: list[tuple[float, int, Callable[[], None]]] = field(default_factory=list)
-    counter: itertools.count[int] = field(default_factory=itertools.count)
-    now: float = 0.0
-
-    def at(self, when: float, action: Callable[[], None]) -> None:
-        heapq.heappush(self.events, (when, next(self.counter), action))
-
-    def run(self) -> None:
-        while self.events:
-            self.now, _, action = heapq.heappop(self.events)
-            action()
-
-
-class _DecodeReplica:
+class DecodeReplica:
     """Steps back to back while it has requests; colocated replicas also prefill."""
 
     def __init__(
         self,
-        clock: _Clock,
+        clock: Clock,
         profile: EngineProfile,
         topology: Topology,
         cpu: SharedCores | None = None,
@@ -136,8 +101,8 @@ class _DecodeReplica:
         self.clock, self.profile, self.topology = clock, profile, topology
         self.cpu = cpu or SharedCores(clock, 0)
         self.stream = stream or Streams(clock, FrontEndServer(clock, None, self.cpu))
-        self.waiting: deque[_State] = deque()
-        self.running: list[_State] = []
+        self.waiting: deque[RequestState] = deque()
+        self.running: list[RequestState] = []
         self.busy = False
         self.busy_s = 0.0  # seconds spent stepping, steps counted as they start (at the
         # share of the cores they start with)
@@ -146,14 +111,14 @@ class _DecodeReplica:
     def load(self) -> int:
         return len(self.waiting) + len(self.running)
 
-    def add(self, state: _State) -> None:
+    def add(self, state: RequestState) -> None:
         self.waiting.append(state)
         if not self.busy:
             self._step()
 
     def _step(self) -> None:
         budget = self.topology.max_batch_tokens - len(self.running)
-        prefilling: list[tuple[_State, int]] = []
+        prefilling: list[tuple[RequestState, int]] = []
         while self.waiting and len(self.running) + len(prefilling) < self.topology.max_num_seqs:
             state = self.waiting[0]
             if state.prefill_left and budget <= 0:
@@ -173,7 +138,9 @@ class _DecodeReplica:
         decoding = list(self.running)
         self.busy_s += self.cpu.run(seconds, lambda: self._end(decoding, prefilling))
 
-    def _end(self, decoding: list[_State], prefilling: list[tuple[_State, int]]) -> None:
+    def _end(
+        self, decoding: list[RequestState], prefilling: list[tuple[RequestState, int]]
+    ) -> None:
         self.stream.frontend.step()
         for state in decoding:
             state.tokens_out += 1
@@ -202,26 +169,26 @@ class _DecodeReplica:
         self._step()
 
 
-class _PrefillReplica:
+class PrefillReplica:
     def __init__(
         self,
-        clock: _Clock,
+        clock: Clock,
         profile: EngineProfile,
         topology: Topology,
-        done: Callable[[_State], None],
+        done: Callable[[RequestState], None],
         cpu: SharedCores | None = None,
         frontend: FrontEndServer | None = None,
     ) -> None:
         self.clock, self.profile, self.topology, self.done = clock, profile, topology, done
         self.cpu = cpu or SharedCores(clock, 0)
         self.frontend = frontend or FrontEndServer(clock, None, self.cpu)
-        self.queue: deque[_State] = deque()
+        self.queue: deque[RequestState] = deque()
         self.queued_tokens = 0
         self.busy = False
         self.busy_s = 0.0  # seconds spent prefilling, batches counted as they start
         self.in_batch = 0  # requests in the batch being prefilled
 
-    def add(self, state: _State) -> None:
+    def add(self, state: RequestState) -> None:
         self.queue.append(state)
         self.queued_tokens += state.request.prompt_tokens
         if not self.busy:
@@ -243,7 +210,7 @@ class _PrefillReplica:
         self.busy = True
         self.busy_s += self.cpu.run(self.profile.prefill_s(tokens), lambda: self._end(batch))
 
-    def _end(self, batch: list[_State]) -> None:
+    def _end(self, batch: list[RequestState]) -> None:
         self.frontend.step()
         self.in_batch = 0
         for state in batch:
@@ -252,14 +219,14 @@ class _PrefillReplica:
         self._start()
 
 
-class _Link:
+class Link:
     """One FIFO link: a transfer starts when the previous one has finished."""
 
-    def __init__(self, clock: _Clock, topology: Topology) -> None:
+    def __init__(self, clock: Clock, topology: Topology) -> None:
         self.clock, self.topology = clock, topology
         self.free_at = 0.0
 
-    def send(self, state: _State, arrive: Callable[[_State], None]) -> None:
+    def send(self, state: RequestState, arrive: Callable[[RequestState], None]) -> None:
         if self.topology.link_gbps <= 0:
             arrive(state)
             return
@@ -273,33 +240,33 @@ def simulate(
     requests: list[SimRequest], profile: EngineProfile, topology: Topology
 ) -> list[SimOutcome]:
     """TTFT and TPOT of every request, in the order given."""
-    clock = _Clock()
+    clock = Clock()
     cpu = SharedCores(clock, topology.cores)
     frontend = FrontEndServer(clock, topology.frontend, cpu)
     stream = Streams(clock, frontend)
     decoders = [
-        _DecodeReplica(clock, profile, topology, cpu, stream)
+        DecodeReplica(clock, profile, topology, cpu, stream)
         for _ in range(topology.decode_replicas)
     ]
 
-    def to_decode(state: _State) -> None:
+    def to_decode(state: RequestState) -> None:
         min(decoders, key=lambda d: d.load).add(state)
 
-    link = _Link(clock, topology)
+    link = Link(clock, topology)
     prefillers = [
-        _PrefillReplica(clock, profile, topology, lambda s: link.send(s, to_decode), cpu, frontend)
+        PrefillReplica(clock, profile, topology, lambda s: link.send(s, to_decode), cpu, frontend)
         for _ in range(topology.prefill_replicas)
     ]
-    states = [_State(r, r.prompt_tokens) for r in requests]
+    states = [RequestState(r, r.prompt_tokens) for r in requests]
     cost = topology.frontend
 
-    def route(state: _State) -> None:
+    def route(state: RequestState) -> None:
         if state.remote:
             min(prefillers, key=lambda p: p.queued_tokens).add(state)
         else:
             to_decode(state)
 
-    def arrive(state: _State) -> None:
+    def arrive(state: RequestState) -> None:
         long = state.request.prompt_tokens >= topology.local_prefill_below_tokens
         state.remote = bool(prefillers) and long
         work = 0.0 if cost is None else cost.request_s + cost.remote_request_s * state.remote
@@ -311,7 +278,7 @@ def simulate(
     return outcomes(states, profile)
 
 
-def outcomes(states: list[_State], profile: EngineProfile) -> list[SimOutcome]:
+def outcomes(states: list[RequestState], profile: EngineProfile) -> list[SimOutcome]:
     """Each simulated request's TTFT (the serving path's overheads added) and TPOT."""
     found = []
     spread = random.Random(0)  # the same tail for every topology compared

@@ -36,7 +36,8 @@ from dataclasses import dataclass, replace
 from app.planning.engine_profile import EngineProfile
 from app.planning.frontend import FrontEndCost
 from app.planning.goodput import SLO, attainment
-from app.planning.simulator import SimRequest, Topology, poisson_arrivals, simulate
+from app.planning.sim_core import SimRequest
+from app.planning.simulator import Topology, poisson_arrivals, simulate
 from app.scaling.demand import Demand
 
 

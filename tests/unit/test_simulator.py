@@ -9,7 +9,8 @@ import pytest
 from app.planning.engine_profile import EngineProfile, interpolate, spread_from_quantiles
 from app.planning.frontend import FrontEndCost
 from app.planning.planner import candidates, goodput, plan
-from app.planning.simulator import SimRequest, Topology, poisson_arrivals, simulate
+from app.planning.sim_core import SimRequest
+from app.planning.simulator import Topology, poisson_arrivals, simulate
 
 S = 0.010  # seconds per prefill, whatever the length
 TINY = 1e-9
@@ -195,9 +196,9 @@ def test_tokens_are_batched_into_chunks_as_the_replica_streams_them():
 def _shared(cores, starts):
     """Run jobs of (start time, CPU seconds) on ``cores``; each one's end time."""
     from app.planning.frontend import SharedCores
-    from app.planning.simulator import _Clock
+    from app.planning.sim_core import Clock
 
-    clock = _Clock()
+    clock = Clock()
     cpu = SharedCores(clock, cores)
     ends: dict[int, float] = {}
 

@@ -3,7 +3,7 @@
 import asyncio
 
 from app.engine import warmup
-from app.engine.warmup import WarmupReport, _warm_peers
+from app.engine.warmup import WarmupReport, warm_peers
 from app.kv.fallback import Transport
 
 
@@ -28,7 +28,7 @@ async def test_a_wedged_peer_delays_no_other_pair_and_is_named(monkeypatch):
 
     report = WarmupReport()
     transports = (Transport.NIXL, Transport.OBJECT_STORE)
-    await _warm_peers(pair, ["good", "wedged"], transports, report)
+    await warm_peers(pair, ["good", "wedged"], transports, report)
     assert most == 4  # every peer x transport at once
     assert sorted(done) == sorted(("good", t) for t in transports)
     for transport in transports:
