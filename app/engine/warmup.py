@@ -42,6 +42,12 @@ DECODE_TOKENS = 8
 PAIR_PROMPT_TOKENS = 300
 # A pair warm-up waits this long for a prefill replica (they start at the same time).
 PAIR_TIMEOUT_S = 600.0
+# A prefill replica joining a running app pairs with its decode replicas for this long at
+# most. It is a head start, not a need (a decode replica meets it on its first request
+# anyway), and it must not wait on decode replicas that are themselves starting: those
+# wait for a prefill replica to pair with, and a redeploy that restarts both pools at
+# once deadlocked for PAIR_TIMEOUT_S (found by load_tests/chaos_soak.py).
+JOIN_PAIR_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -125,7 +131,7 @@ async def warm_pair_from_prefill(
     async def push(peer: str, transport: Transport) -> str:
         return await _pair(server.prefill, decode.generate, request(transport), transport, peer)
 
-    await warm_peers(push, decode_replicas, transports, report)
+    await warm_peers(push, decode_replicas, transports, report, JOIN_PAIR_TIMEOUT_S)
 
 
 def _pair_request(server: Any, side: str) -> Callable[[Transport], GenerateRequest]:
@@ -144,18 +150,20 @@ async def warm_peers(
     peers: list[str],
     transports: tuple[Transport, ...],
     report: WarmupReport,
+    timeout_s: float | None = None,
 ) -> None:
     """Run ``pair`` for every peer and transport, all at once (one wedged peer costs at
-    most ``PAIR_TIMEOUT_S`` in all, not per pair); per transport, "ok" or the first
-    failure."""
+    most ``timeout_s``, ``PAIR_TIMEOUT_S`` by default, in all, not per pair); per
+    transport, "ok" or the first failure."""
     started = time.perf_counter()
+    limit = PAIR_TIMEOUT_S if timeout_s is None else timeout_s
 
     async def bounded(peer: str, transport: Transport) -> str:
         try:
-            async with asyncio.timeout(PAIR_TIMEOUT_S):
+            async with asyncio.timeout(limit):
                 return await pair(peer, transport)
         except TimeoutError:
-            return f"no answer within {PAIR_TIMEOUT_S:g} s"
+            return f"no answer within {limit:g} s"
         except Exception as exc:  # warm-up must not keep a replica from serving
             return f"{type(exc).__name__}: {exc}"
 
