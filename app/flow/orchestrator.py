@@ -1,13 +1,14 @@
 """Orchestration of one request across the pools, and where the transfer fallback is decided.
 
-The ingress drives both steps (README, "Layout" explains why): it asks the prefill pool to
-compute the prompt's KV and hand it over by a transport, then asks the decode pool to
-generate with that KV. The transports are tried in the order of the request's plan
-(:mod:`app.kv.fallback`): when a prefill fails or times out, or the decode
-replica reports that it could not use the KV, the next transport is tried; the last is
-always a local recompute on the decode replica. In colocated mode the decode pool
-serves the whole request. Pools are reached through :class:`~app.flow.pool_client.PoolClient`,
-so this logic runs the same against Ray Serve handles and against test fakes.
+The ingress drives both steps (docs/architecture.md, "Layout", says why): it asks the
+prefill pool to compute the prompt's KV and hand it over by a transport, then asks the
+decode pool to generate with that KV. The transports are tried in the order of the
+request's plan (:mod:`app.kv.fallback`): when a prefill fails or times out, or the
+decode replica reports that it could not use the KV, the next transport is tried; the
+last is always a local recompute on the decode replica. In colocated mode the decode
+pool serves the whole request. Pools are reached through
+:class:`~app.flow.pool_client.PoolClient`, so this logic runs the same against Ray Serve
+handles and against test fakes.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The README's list of `args` fields names every field of the config schema, and the
-defaults it gives in brackets are the schema's."""
+"""The configuration reference (docs/configuration.md) names every field of the config
+schema, and the defaults it gives in brackets are the schema's."""
 
 import enum
 import re
@@ -11,12 +11,11 @@ from pydantic.fields import FieldInfo
 
 from app.config import AppConfig
 
-README = Path(__file__).parents[2] / "README.md"
+REFERENCE = Path(__file__).parents[2] / "docs" / "configuration.md"
 
 
 def _section() -> str:
-    text = README.read_text()
-    return text[text.index("## Configuration") : text.index("## Running a real model")]
+    return REFERENCE.read_text()
 
 
 def _fields(model: type[BaseModel], prefix: str = "") -> list[str]:
