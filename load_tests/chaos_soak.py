@@ -318,7 +318,10 @@ def main() -> None:
     shm_before = shm_files()
     samples: list[dict[str, Any]] = []
     with LocalApp(args.config, num_cpus=1 + args.decode_replicas, overrides=overrides) as app:
-        rate = args.load * asyncio.run(capacity(app.url, random.Random(args.seed)))
+        # Through Serve's proxy: a redeploy replaces the ingress replica, whose own port
+        # (direct ingress) then changes, as a load balancer in front would follow.
+        url = app.proxy_url
+        rate = args.load * asyncio.run(capacity(url, random.Random(args.seed)))
         faults = Faults(app, args, overrides)
         seconds = args.minutes * 60
         stop = threading.Event()
@@ -346,7 +349,7 @@ def main() -> None:
         sample()
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        ends = asyncio.run(soak(app.url, prompts, truth, rate, seconds, args.max_tokens, args.seed))
+        ends = asyncio.run(soak(url, prompts, truth, rate, seconds, args.max_tokens, args.seed))
         stop.set()
         watcher.join()
         if faults.rolling is not None:
@@ -373,6 +376,9 @@ def main() -> None:
         "right": outcomes["right"],
         "wrong": outcomes["wrong"],
         "failed": outcomes["failed"],
+        "failed_by_error": dict(
+            Counter(e["error"][:80] for e in ends if e["outcome"] == "failed").most_common(10)
+        ),
         "shed_and_retried": sum(e["shed"] for e in ends),
         "fallbacks_by_kind": dict(Counter(k for e in ends for k in e["fallbacks"])),
         "migrations_by_cause": dict(Counter(c for e in ends for c in e["migrations"])),
