@@ -45,10 +45,9 @@ import ray
 
 from app.config import AppConfig
 from deployments.replicas import replica_actor_names
-from load_tests.fault_soak import ENGINE_GROUPS, blocks_free, rss_change, shm_files
+from load_tests.fault_soak import blocks_free, memory_sample, rss_change, shm_files
 from load_tests.local_app import LocalApp, config_args, merge
 from load_tests.overload import capacity
-from load_tests.process_usage import memory_by_group
 from load_tests.run_conditions import machine
 from load_tests.stream_bench import sse_lines
 
@@ -328,14 +327,7 @@ def main() -> None:
         started = time.monotonic()
 
         def sample() -> None:
-            memory = memory_by_group()
-            samples.append(
-                {
-                    "at_min": round((time.monotonic() - started) / 60, 2),
-                    "engines_mib": sum(memory.get(g, 0.0) for g in ENGINE_GROUPS),
-                    "shm_files": len(shm_files()),
-                }
-            )
+            samples.append(memory_sample(started))
 
         def watch() -> None:
             number = 0

@@ -86,6 +86,18 @@ def blocks_free(app: LocalApp, pool: str, replicas: int, settle_s: float) -> boo
     return False
 
 
+def memory_sample(started: float) -> dict[str, Any]:
+    """The app's memory now (``time.monotonic()`` ``started`` the clock): its engine and
+    replica processes' RSS, in all and by group (MiB), and the files in ``/dev/shm``."""
+    memory = memory_by_group()
+    return {
+        "at_min": round((time.monotonic() - started) / 60, 2),
+        "engines_mib": sum(memory.get(g, 0.0) for g in ENGINE_GROUPS),
+        "by_group_mib": {k: round(v, 1) for k, v in memory.items()},
+        "shm_files": len(shm_files()),
+    }
+
+
 def rss_change(samples: list[dict[str, Any]], skip_min: float) -> dict[str, float]:
     """The app's RSS (engine and replica processes) from the first sample after
     ``skip_min`` minutes (warm-up growth done) to the last: MiB and %."""
@@ -125,15 +137,7 @@ def main() -> None:
         started = time.monotonic()
 
         def sample() -> None:
-            memory = memory_by_group()
-            samples.append(
-                {
-                    "at_min": round((time.monotonic() - started) / 60, 2),
-                    "engines_mib": sum(memory.get(g, 0.0) for g in ENGINE_GROUPS),
-                    "by_group_mib": {k: round(v, 1) for k, v in memory.items()},
-                    "shm_files": len(shm_files()),
-                }
-            )
+            samples.append(memory_sample(started))
 
         def watch() -> None:
             next_kill = args.kill_every_min * 60
