@@ -4,6 +4,7 @@ import asyncio
 
 from app.engine import warmup
 from app.engine.warmup import WarmupReport, warm_peers
+from app.flow.pool_client import PoolClient
 from app.kv.fallback import Transport
 
 
@@ -53,7 +54,11 @@ async def test_a_prefill_replica_joining_pairs_for_a_short_while_only(monkeypatc
 
             yield PrefillResult({"remote_block_ids": [[1]]}, 3)
 
-    class StartingDecode:
+    class StartingDecode(PoolClient):
+        async def prefill(self, request, transport):
+            raise AssertionError("a decode pool never prefills")
+            yield
+
         async def generate(self, request):
             await asyncio.Event().wait()  # no decode replica to route to yet
             yield
