@@ -47,6 +47,7 @@ from app.config import AppConfig
 from deployments.replicas import replica_actor_names
 from load_tests.fault_soak import blocks_free, memory_sample, rss_change, shm_files
 from load_tests.local_app import LocalApp, config_args, merge
+from load_tests.migration_bench import kill_busiest_decode
 from load_tests.overload import capacity
 from load_tests.run_conditions import machine
 from load_tests.stream_bench import sse_lines
@@ -184,22 +185,7 @@ class Faults:
         return {"replicas": len(names)}
 
     def kill_decode_replica(self) -> dict[str, Any]:
-        """``ray.kill`` the live decode replica with the most requests ongoing."""
-        ongoing: dict[str, int] = {}
-        actors: dict[str, Any] = {}
-        for name in replica_actor_names(self.app.name, "Decode"):
-            try:
-                actor = ray.get_actor(name, namespace="serve")
-                count: Any = ray.get(actor.get_num_ongoing_requests.remote(), timeout=10)
-                ongoing[name] = int(count)
-                actors[name] = actor
-            except Exception:  # dead or stopping: not a target
-                continue
-        if not actors:
-            return {"skipped": "no live decode replica"}
-        busiest = max(ongoing, key=lambda name: ongoing[name])
-        ray.kill(actors[busiest], no_restart=True)
-        return {"ongoing": ongoing[busiest]}
+        return {"ongoing": kill_busiest_decode(self.app.name)}
 
     def sigkill_decode_engine(self) -> dict[str, Any]:
         handle = self.app.handle("Decode")

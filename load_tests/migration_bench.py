@@ -40,13 +40,24 @@ from load_tests.stream_bench import RequestFailed, one_request
 
 
 def kill_busiest_decode(app_name: str) -> int:
-    """``ray.kill`` the Decode replica with the most requests ongoing; their count."""
-    names = replica_actor_names(app_name, "Decode")
-    actors = [ray.get_actor(name, namespace="serve") for name in names]
-    ongoing: list[Any] = ray.get([a.get_num_ongoing_requests.remote() for a in actors])
-    busiest = max(range(len(actors)), key=lambda i: int(ongoing[i]))
+    """``ray.kill`` the live Decode replica with the most requests ongoing; their count.
+
+    A replica that does not answer (dying, or stopping in a redeploy) is not a target;
+    with none that answers, RuntimeError."""
+    ongoing: dict[str, int] = {}
+    actors: dict[str, Any] = {}
+    for name in replica_actor_names(app_name, "Decode"):
+        try:
+            actor = ray.get_actor(name, namespace="serve")
+            count: Any = ray.get(actor.get_num_ongoing_requests.remote(), timeout=10)
+        except Exception:
+            continue
+        ongoing[name], actors[name] = int(count), actor
+    if not actors:
+        raise RuntimeError("no live decode replica to kill")
+    busiest = max(ongoing, key=lambda name: ongoing[name])
     ray.kill(actors[busiest], no_restart=True)
-    return int(ongoing[busiest])
+    return ongoing[busiest]
 
 
 async def clients(
