@@ -86,13 +86,19 @@ class ReplicaLiveness:
         self.ttl_s = ttl_s
         self._alive_until: dict[str, float] = {}
         self._dead: set[str] = set()
+        self._asking: dict[str, asyncio.Future[bool]] = {}  # one GCS call at a time each
 
     async def __call__(self, unique_id: str) -> bool:
         if unique_id in self._dead:
             return False
         if time.monotonic() < self._alive_until.get(unique_id, 0.0):
             return True
-        alive = await asyncio.to_thread(self._actor_alive, unique_id)
+        asking = self._asking.get(unique_id)
+        if asking is None:  # requests that arrive together share one call
+            asking = asyncio.ensure_future(asyncio.to_thread(self._actor_alive, unique_id))
+            self._asking[unique_id] = asking
+            asking.add_done_callback(lambda _: self._asking.pop(unique_id, None))
+        alive = await asyncio.shield(asking)  # a caller that gives up cancels no one else
         if alive:
             self._alive_until[unique_id] = time.monotonic() + self.ttl_s
         else:
