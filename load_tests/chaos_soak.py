@@ -39,18 +39,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import ray
 
 from app.config import AppConfig
 from deployments.replicas import replica_actor_names
+from load_tests import aio_stream
 from load_tests.fault_soak import blocks_free, memory_sample, rss_change, shm_files
 from load_tests.local_app import LocalApp, config_args, merge
 from load_tests.migration_bench import kill_busiest_decode
 from load_tests.overload import capacity
 from load_tests.run_conditions import machine
-from load_tests.stream_bench import sse_lines
 
 FLOAT32 = {"model": {"dtype": "float32"}}
 FAULTS = ("kill_prefill_replica", "kill_decode_replica", "sigkill_decode_engine", "redeploy")
@@ -90,24 +89,27 @@ class Answer:
     retry_after: str | None = None
 
 
-async def ask(client: httpx.AsyncClient, url: str, request: dict[str, Any]) -> Answer:
-    """Send ``request`` until it is not shed; read the whole answer."""
+async def ask(client: Any, url: str, request: dict[str, Any]) -> Answer:
+    """Send ``request`` until it is not shed; read the whole answer. ``client`` is an
+    aiohttp session (:func:`load_tests.aio_stream.session`): at a few hundred requests in
+    flight, httpx's own CPU cost on two shared cores starved the soak's retries."""
+    import aiohttp
+
     answer = Answer()
     while True:
         try:
-            if request.get("stream"):
-                await _streamed(client, url, request, answer)
-            else:
-                response = await client.post(f"{url}/v1/completions", json=request)
-                answer.status = response.status_code
-                if response.status_code == 200:
-                    data = response.json()
+            async with client.post(f"{url}/v1/completions", json=request) as response:
+                answer.status = response.status
+                if response.status != 200:
+                    answer.error = (await response.text())[:300]
+                    answer.retry_after = response.headers.get("Retry-After")
+                elif request.get("stream"):
+                    await _streamed(response, answer)
+                else:
+                    data = await response.json()
                     answer.tokens = list(data["choices"][0].get("token_ids") or [])
                     answer.report = data.get("splitserve") or {}
-                else:
-                    answer.error = response.text[:300]
-                    answer.retry_after = response.headers.get("retry-after")
-        except httpx.HTTPError as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             answer.status, answer.error = 0, f"{type(exc).__name__}: {exc}"[:300]
         if answer.status == 503 and answer.retry_after:
             answer.shed += 1
@@ -118,32 +120,25 @@ async def ask(client: httpx.AsyncClient, url: str, request: dict[str, Any]) -> A
         return answer
 
 
-async def _streamed(
-    client: httpx.AsyncClient, url: str, request: dict[str, Any], answer: Answer
-) -> None:
-    async with client.stream("POST", f"{url}/v1/completions", json=request) as response:
-        answer.status = response.status_code
-        if response.status_code != 200:
-            answer.error = (await response.aread()).decode()[:300]
-            answer.retry_after = response.headers.get("retry-after")
-            return
-        async for line in sse_lines(response):
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[len("data: ") :])
-            if "error" in event:
-                answer.error = json.dumps(event["error"])[:300]
-            for choice in event.get("choices") or ():
-                answer.tokens.extend(choice.get("token_ids") or ())
-            if event.get("splitserve"):
-                answer.report = event["splitserve"]
+async def _streamed(response: Any, answer: Answer) -> None:
+    async for raw in response.content:
+        line = raw.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        event = json.loads(line[len("data: ") :])
+        if "error" in event:
+            answer.error = json.dumps(event["error"])[:300]
+        for choice in event.get("choices") or ():
+            answer.tokens.extend(choice.get("token_ids") or ())
+        if event.get("splitserve"):
+            answer.report = event["splitserve"]
 
 
 def oracle(prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
     """Each prompt's greedy answer from a colocated float32 app, token ids."""
 
     async def run(url: str) -> list[list[int]]:
-        async with httpx.AsyncClient(timeout=600) as client:
+        async with aio_stream.session(600) as client:
             limit = asyncio.Semaphore(4)
 
             async def one(prompt: list[int]) -> list[int]:
@@ -237,7 +232,7 @@ async def soak(
     """Poisson arrivals; each answer compared with the oracle's."""
     rng = random.Random(seed)
     ends: list[dict[str, Any]] = []
-    async with httpx.AsyncClient(timeout=900, limits=httpx.Limits(max_connections=None)) as client:
+    async with aio_stream.session(900) as client:
 
         async def send(at_s: float, index: int, stream: bool) -> None:
             answer = await ask(client, url, body(prompts[index], max_tokens, stream))
