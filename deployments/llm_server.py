@@ -25,7 +25,7 @@ from app.flow.records import (
 )
 from app.kv.fallback import Transport, engine_transports, nixl_installed
 from app.kv.lease_release import Release
-from app.scaling.autoscaling_stats import Snapshot, WindowStats, read_registry
+from app.scaling.autoscaling_stats import Snapshot, WindowStats
 from deployments.pool_client import ServePoolClient
 from deployments.pool_probe import ReplicaLiveness
 from deployments.replicas import POOL_NAMES, replica_ids, running_replicas
@@ -127,11 +127,11 @@ class LLMServer:
 
     def record_routing_stats(self) -> dict[str, Any]:
         """What the KV-capacity router ranks decode replicas by (Serve polls it)."""
-        counters = self.server.stats().counters
+        tally = self.server.tally
         return {
-            "kv_cache_usage": counters.get("vllm:kv_cache_usage_perc", 0.0),
-            "running": counters.get("vllm:num_requests_running", 0.0),
-            "waiting": counters.get("vllm:num_requests_waiting", 0.0),
+            "kv_cache_usage": tally.kv_usage,
+            "running": float(tally.running),
+            "waiting": float(tally.waiting + tally.deferred),
         }
 
     def record_autoscaling_stats(self) -> dict[str, float]:
@@ -140,7 +140,10 @@ class LLMServer:
         return self.window.add(self._snapshot())
 
     def _snapshot(self) -> Snapshot:
-        return read_registry(self.server.busy.seconds, self.server.arrived_prompt_tokens)
+        server = self.server
+        return server.tally.snapshot(
+            server.busy.seconds, time.monotonic(), server.arrived_prompt_tokens
+        )
 
     async def all_blocks_free(self) -> bool:
         return await self.server.all_blocks_free()

@@ -44,25 +44,11 @@ from app.kv.lease_release import Release
 from app.kv.payload import LOAD_PATH, NUM_TOKENS, SAVE_PATH
 from app.net import free_listen_port
 from app.observability.engine_metrics import BusyClock, pool_stat_logger
+from app.observability.engine_tally import EngineTally, tally_stat_logger
 
 logger = logging.getLogger("splitserve.engine")
 
 _RELEASE_TRIES = 20  # x 50 ms
-
-# Counters and gauges copied out of vLLM's Prometheus registry by `stats()`.
-_STAT_PREFIXES = (
-    "vllm:prefix_cache_queries",
-    "vllm:prefix_cache_hits",
-    "vllm:external_prefix_cache_queries",
-    "vllm:external_prefix_cache_hits",
-    "vllm:nixl_bytes_transferred",
-    "vllm:nixl_xfer_time_seconds",
-    "vllm:nixl_num_failed_transfers",
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:kv_cache_usage_perc",
-    "vllm:request_success",
-)
 
 
 def bind_engine(cpu_binding: str | None, pool: str) -> None:
@@ -96,6 +82,7 @@ class EngineServer:
         stream_interval_s: float = 0.0,
         stream_messages_per_s: float = 0.0,
         busy: BusyClock | None = None,
+        tally: EngineTally | None = None,
     ) -> None:
         self.engine = engine
         self.role = role
@@ -104,6 +91,7 @@ class EngineServer:
         self.stream_messages_per_s = stream_messages_per_s
         self.streams = 0  # generate() calls in progress
         self.busy = busy or BusyClock()
+        self.tally = tally or EngineTally()
         # Prompt tokens handed to the engine, counted as they arrive (the SLO policy
         # compares them with those the engine prefilled: app.scaling.autoscaling_stats).
         self.arrived_prompt_tokens = 0
@@ -117,7 +105,6 @@ class EngineServer:
     ) -> EngineServer:
         """Build and start a vLLM engine for ``role`` in this process (of Serve ``application``)."""
         from vllm.v1.engine.async_llm import AsyncLLM
-        from vllm.v1.metrics.loggers import PrometheusStatLogger
 
         pool = config.prefill if role is Role.PREFILL else config.decode
         engine_id = f"{role.value}-{uuid.uuid4().hex[:12]}"
@@ -135,12 +122,17 @@ class EngineServer:
         backend = config.model.executor_backend
         if backend is not None:
             vllm_config.parallel_config.distributed_executor_backend = backend
-        # Engine metrics go to Ray's export labelled by pool (app.observability.engine_metrics), and
-        # to this process's Prometheus registry, which `stats()` reads.
+        # Engine metrics go to Ray's export labelled by pool (app.observability.engine_metrics),
+        # and the few this replica reads to a tally kept as the engine steps
+        # (app.observability.engine_tally).
         busy = BusyClock()
+        tally = EngineTally()
         engine = AsyncLLM.from_vllm_config(
             vllm_config,
-            stat_loggers=[pool_stat_logger(role.value, busy, application), PrometheusStatLogger],
+            stat_loggers=[
+                pool_stat_logger(role.value, busy, application),
+                tally_stat_logger(tally),
+            ],
         )
         bind_engine(cpu_binding(pool), "prefill" if role is Role.PREFILL else "decode")
         return cls(
@@ -150,6 +142,7 @@ class EngineServer:
             pool.stream_interval_ms / 1000,
             pool.stream_messages_per_s,
             busy,
+            tally,
         )
 
     async def prefill(
@@ -355,18 +348,8 @@ class EngineServer:
                 await self.engine.abort(request.request_id)
 
     def stats(self) -> EngineStats:
-        """Engine counters from this process's vLLM Prometheus metrics."""
-        from prometheus_client import REGISTRY
-
-        counters: dict[str, float] = {}
-        for metric in REGISTRY.collect():
-            if not metric.name.startswith(_STAT_PREFIXES):
-                continue
-            for sample in metric.samples:
-                if sample.name.endswith("_created") or sample.name.endswith("_bucket"):
-                    continue
-                counters[sample.name] = counters.get(sample.name, 0.0) + sample.value
-        return EngineStats(role=self.role, engine_id=self.engine_id, counters=counters)
+        """Engine counters and scheduler gauges (by vLLM's sample names), as of its last step."""
+        return EngineStats(role=self.role, engine_id=self.engine_id, counters=self.tally.counters())
 
     async def release_kv(self, kv_transfer_params: dict[str, Any]) -> Release:
         """Free at once the NIXL blocks a prefill kept for a decode attempt that has ended

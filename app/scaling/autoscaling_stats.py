@@ -3,8 +3,9 @@
 Serve calls each replica's ``record_autoscaling_stats()`` a few times per look-back
 period and hands the policy, per replica, the mean of what it returned over that period
 (``deployments.slo_autoscaler``). A replica returns figures over the last ``window_s``,
-worked out from its engine's own vLLM metrics (this process's Prometheus registry) and
-its busy clock (:class:`app.observability.engine_metrics.BusyClock`):
+worked out from its engine's own figures (:class:`app.observability.engine_tally.EngineTally`,
+kept as the engine steps) and its busy clock
+(:class:`app.observability.engine_metrics.BusyClock`):
 
 - ``requests_per_s``, ``prompt_tokens_per_s``, ``uncached_prompt_tokens_per_s``: arrivals
   the engine finished prefilling (from the TTFT histogram's count and the prompt-token
@@ -27,23 +28,11 @@ of prefill leaves out.
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-TTFT = "vllm:time_to_first_token_seconds"
-ITL = "vllm:inter_token_latency_seconds"
-PROMPT_TOKENS = "vllm:prompt_tokens"
-CACHED_PROMPT_TOKENS = "vllm:prompt_tokens_cached"
-WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
-GAUGES = {
-    "running": "vllm:num_requests_running",
-    # Waiting for room in the batch; not those waiting for their KV to arrive (`deferred`).
-    "waiting": f"{WAITING_BY_REASON}:capacity",
-    "kv_usage": "vllm:kv_cache_usage_perc",
-}
+# The scheduler's figures now, as every snapshot carries them.
+GAUGES = ("running", "waiting", "kv_usage")
 
 Buckets = tuple[tuple[float, float], ...]  # (upper bound, cumulative count), ascending
 
@@ -87,46 +76,6 @@ def histogram_percentile(buckets: Buckets, q: float) -> float | None:
 def _minus(later: Buckets, earlier: Buckets) -> Buckets:
     before = dict(earlier)
     return tuple((bound, count - before.get(bound, 0.0)) for bound, count in later)
-
-
-def read_registry(
-    busy_s: float, arrived_prompt_tokens: float = 0.0, clock: Callable[[], float] = time.monotonic
-) -> Snapshot:
-    """This process's vLLM metrics now (summed over label sets)."""
-    from prometheus_client import REGISTRY
-
-    return snapshot_from(REGISTRY.collect(), busy_s, clock(), arrived_prompt_tokens)
-
-
-def snapshot_from(
-    metrics: Iterable[Any], busy_s: float, at_s: float, arrived_prompt_tokens: float = 0.0
-) -> Snapshot:
-    """A :class:`Snapshot` from ``prometheus_client`` metric families."""
-    totals: dict[str, float] = {}
-    buckets: dict[str, dict[float, float]] = {TTFT: {}, ITL: {}}
-    for metric in metrics:
-        for sample in metric.samples:
-            if metric.name in buckets and sample.name.endswith("_bucket"):
-                bound = float(sample.labels["le"])
-                series = buckets[metric.name]
-                series[bound] = series.get(bound, 0.0) + sample.value
-            elif sample.name in (f"{PROMPT_TOKENS}_total", f"{CACHED_PROMPT_TOKENS}_total"):
-                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-            elif sample.name in GAUGES.values() or sample.name == WAITING_BY_REASON:
-                name = sample.name
-                if name == WAITING_BY_REASON:
-                    name = f"{name}:{sample.labels.get('reason', '')}"
-                totals[name] = totals.get(name, 0.0) + sample.value
-    return Snapshot(
-        at_s=at_s,
-        busy_s=busy_s,
-        arrived_prompt_tokens=arrived_prompt_tokens,
-        prompt_tokens=totals.get(f"{PROMPT_TOKENS}_total", 0.0),
-        cached_prompt_tokens=totals.get(f"{CACHED_PROMPT_TOKENS}_total", 0.0),
-        ttft=tuple(sorted(buckets[TTFT].items())),
-        itl=tuple(sorted(buckets[ITL].items())),
-        gauges={key: totals.get(name, 0.0) for key, name in GAUGES.items()},
-    )
 
 
 class WindowStats:
