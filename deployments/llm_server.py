@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -25,6 +26,8 @@ from app.flow.records import (
 )
 from app.kv.fallback import Transport, engine_transports, nixl_installed
 from app.kv.lease_release import Release
+from app.observability.engine_metrics import keep_gauges_alive
+from app.observability.link_meter import LinkMeter, ray_link_export
 from app.scaling.autoscaling_stats import Snapshot, WindowStats
 from deployments.pool_client import ServePoolClient
 from deployments.pool_probe import ReplicaLiveness
@@ -60,6 +63,9 @@ class LLMServer:
         if prefill is not None:
             peers = replica_ids(application, POOL_NAMES[Role.PREFILL])
             pool = ServePoolClient(prefill, grpc)
+            # Each prefill replica's link into this one, measured from warm-up on.
+            self.server.links = LinkMeter(ray_link_export(self.replica, application))
+            keep_gauges_alive(weakref.ref(self.server.links))
             await warm_pair(self.server, pool, transports, self.warmup, peers)
             # Fencing: KV held by a prefill replica that is gone is refused at once.
             self.server.peer_alive = ReplicaLiveness(application, POOL_NAMES[Role.PREFILL])
@@ -104,6 +110,17 @@ class LLMServer:
             "peers": self.warmup.peers,
             "transports": dict(self.warmup.transports),
         }
+
+    def links(self) -> list[dict[str, Any]]:
+        """The KV links into this decode replica as measured (app.observability.link_meter):
+        per prefill replica and transport, bandwidth (bytes/s), transfers, slow or not."""
+        meter = self.server.links
+        if meter is None:
+            return []
+        return [
+            {"prefill": prefill, "transport": transport.value, **vars(link)}
+            for (prefill, transport), link in list(meter.links.items())
+        ]
 
     async def prefill(
         self, request: GenerateRequest, transport: Transport = Transport.NIXL

@@ -45,6 +45,7 @@ from app.kv.payload import LOAD_PATH, NUM_TOKENS, SAVE_PATH
 from app.net import free_listen_port
 from app.observability.engine_metrics import BusyClock, pool_stat_logger
 from app.observability.engine_tally import EngineTally, tally_stat_logger
+from app.observability.link_meter import LinkMeter
 
 logger = logging.getLogger("splitserve.engine")
 
@@ -98,6 +99,8 @@ class EngineServer:
         # Whether the prefill replica of this id still lives (a decode replica's fence);
         # None: KV is never refused for its source.
         self.peer_alive: Callable[[str], Awaitable[bool]] | None = None
+        # Each prefill replica's measured link into this (decode) engine, per transport.
+        self.links: LinkMeter | None = None
 
     @classmethod
     def start(
@@ -247,6 +250,7 @@ class EngineServer:
                     yield TokenChunk("", [], transfer_failed=failure)
                     return
                 kv = {LOAD_PATH: path, NUM_TOKENS: request.kv_num_tokens}
+                self._measured(request, Transport.OBJECT_STORE, kv_bytes, fetch_s)
             elif kv is not None and request.kv_expires_at is not None:
                 # The connector refuses the read if it would start later than this.
                 kv = {
@@ -263,10 +267,10 @@ class EngineServer:
                     yield TokenChunk("", [], transfer_failed=await self._load_failure(request))
                     return
                 if output.finished and output.kv_transfer_params:
-                    kv_bytes, fetch_s = nixl_read(output.kv_transfer_params) or (
-                        kv_bytes,
-                        fetch_s,
-                    )
+                    read = nixl_read(output.kv_transfer_params)
+                    if read is not None:
+                        kv_bytes, fetch_s = read
+                        self._measured(request, Transport.NIXL, kv_bytes, fetch_s)
                 yield TokenChunk(
                     text=completion.text,
                     token_ids=list(completion.token_ids),
@@ -288,6 +292,12 @@ class EngineServer:
             if path is not None:
                 object_store.remove(path)
 
+    def _measured(
+        self, request: GenerateRequest, transport: Transport, kv_bytes: int, seconds: float
+    ) -> None:
+        if self.links is not None and request.kv_source:
+            self.links.observe(request.kv_source, transport, kv_bytes, seconds)
+
     async def _fenced(self, request: GenerateRequest) -> TransferFailure | None:
         """Refuse NIXL KV whose prefill replica is gone, at once: its blocks died with it
         (a read would wait for NIXL to time out). The engine forgets that peer now."""
@@ -296,6 +306,8 @@ class EngineServer:
             return None
         if await self.peer_alive(request.kv_source):
             return None
+        if self.links is not None:
+            self.links.forget(request.kv_source)
         engine_id = str(kv.get("remote_engine_id") or "")
         try:
             await self.engine.collective_rpc(peer_fence.METHOD, args=([engine_id],))

@@ -40,6 +40,9 @@ PROMPT_LENGTHS = (16, 128, 512, 1024)
 DECODE_BATCH = 8
 DECODE_TOKENS = 8
 PAIR_PROMPT_TOKENS = 300
+# After its first transfer (the handshake), a pair moves one prompt this long to measure
+# the link's bandwidth (app.observability.link_meter); shorter if the model's length is.
+MEASURE_PROMPT_TOKENS = 2048
 # A pair warm-up waits this long for a prefill replica (they start at the same time).
 PAIR_TIMEOUT_S = 600.0
 # A prefill replica joining a running app pairs with its decode replicas for this long at
@@ -112,7 +115,11 @@ async def warm_pair(
 
     async def pull(peer: str, transport: Transport) -> str:
         pinned = replace(request(transport), replica=peer)
-        return await _pair(prefill.prefill, server.generate, pinned, transport)
+        outcome = await _pair(prefill.prefill, server.generate, pinned, transport)
+        if outcome == "ok":  # the link is up: measure it (a failure here is not the pair's)
+            measure = replace(request(transport, _measure_length(server)), replica=peer)
+            await _pair(prefill.prefill, server.generate, measure, transport)
+        return outcome
 
     await warm_peers(pull, prefill_replicas or [""], transports, report)
 
@@ -134,15 +141,26 @@ async def warm_pair_from_prefill(
     await warm_peers(push, decode_replicas, transports, report, JOIN_PAIR_TIMEOUT_S)
 
 
-def _pair_request(server: Any, side: str) -> Callable[[Transport], GenerateRequest]:
-    def request(transport: Transport) -> GenerateRequest:
+def _pair_request(server: Any, side: str) -> Callable[..., GenerateRequest]:
+    def request(transport: Transport, length: int = PAIR_PROMPT_TOKENS) -> GenerateRequest:
         return GenerateRequest(
             f"warmup-pair-{side}-{transport}-{server.engine_id}-{uuid.uuid4().hex[:6]}",
-            _prompt(server, PAIR_PROMPT_TOKENS, 500 + list(Transport).index(transport)),
+            _prompt(server, length, 500 + list(Transport).index(transport) + length),
             _params(2),
         )
 
     return request
+
+
+def _measure_length(server: Any) -> int:
+    return max(PAIR_PROMPT_TOKENS, min(MEASURE_PROMPT_TOKENS, _max_model_len(server) - 8))
+
+
+def _max_model_len(server: Any) -> int:
+    try:
+        return int(server.engine.model_config.max_model_len)
+    except AttributeError:  # a test's fake engine
+        return PAIR_PROMPT_TOKENS + 8
 
 
 async def warm_peers(
@@ -204,6 +222,7 @@ async def _pair(
         kv_transfer_params=result.kv_transfer_params,
         kv_object=result.kv_object,
         kv_num_tokens=result.num_prompt_tokens,
+        kv_source=result.replica,
         replica=decode_replica,
     )
     chunks = await _drain(decode(pulled))

@@ -178,7 +178,7 @@ class Orchestrator:
                     kv_object=result.kv_object,
                     kv_num_tokens=result.num_prompt_tokens,
                     kv_expires_at=self._kv_expiry() if result.kv_transfer_params else None,
-                    kv_source=result.replica if result.kv_transfer_params else "",
+                    kv_source=result.replica,
                 )
                 report.transfer_s = result.publish_s
             stream = self.decode.generate(attempt)

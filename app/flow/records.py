@@ -37,8 +37,9 @@ class GenerateRequest:
     # Unix time after which prefill may have freed the NIXL blocks (its lease, less a
     # margin): a decode replica that starts the request later must not read them.
     kv_expires_at: float | None = None
-    # The prefill replica (Serve unique id) that holds those NIXL blocks: a decode replica
-    # refuses KV from one that is gone (fencing) instead of trying to read it.
+    # The prefill replica (Serve unique id) that computed the KV. A decode replica
+    # refuses NIXL KV from one that is gone (fencing) instead of trying to read it, and
+    # measures each replica's link (app.observability.link_meter).
     kv_source: str = ""
     # Why this request must be prefilled on decode whatever its length (it needs the
     # prompt's logprobs, or it is a parallel sample whose prompt decode has cached).

@@ -146,7 +146,7 @@ def pool_stat_logger(pool: str, clock: BusyClock, application: str = "") -> type
             self.last_state: dict[int, tuple[int, int, float]] = {}
             # A refresh never sets a gauge back to a value older than a step's.
             self.gauge_lock = threading.Lock()
-            _keep_gauges_alive(weakref.ref(self))
+            keep_gauges_alive(weakref.ref(self))
 
         def record(
             self,
@@ -197,7 +197,7 @@ def _start_counters_at_zero(stat_logger: Any) -> None:
                 start_at_zero(metric, [tags])
 
 
-def _keep_gauges_alive(logger: weakref.ref[Any]) -> None:
+def keep_gauges_alive(logger: weakref.ref[Any]) -> None:
     """Re-set an idle engine's gauges every ``GAUGE_REFRESH_S`` while the logger lives.
 
     Ray's metrics export drops a gauge not set for two export intervals (20 s by

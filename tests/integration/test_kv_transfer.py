@@ -52,3 +52,22 @@ def test_swapped_kv_swaps_outputs(apps, http):
 
     assert decode_text("swap-a-with-b", a, kv_b) == want_b
     assert decode_text("swap-b-with-a", b, kv_a) == want_a
+
+
+def test_decode_measures_each_prefill_link(apps, http):
+    """Warm-up measured the prefill replica's link into decode for each transport, and a
+    long prompt's NIXL transfer is measured on that link too (app.observability.link_meter)."""
+    decode = serve.get_deployment_handle("Decode", app_name="splitserve")
+    links = decode.links.remote().result()
+    measured = {link["transport"] for link in links if link["bytes_per_s"] > 0}
+    assert {"nixl", "object_store"} <= measured, links
+    before = {(link["prefill"], link["transport"]): link["transfers"] for link in links}
+    # 1,200 tokens of KV is over the 1 MiB that a measured transfer needs.
+    answer = complete(http, apps.disaggregated, {**GREEDY, "prompt": random_prompt(4343, 1200)})
+    assert answer["splitserve"]["kv_transport"] == "nixl", answer["splitserve"]
+    grown = [
+        link
+        for link in decode.links.remote().result()
+        if link["transfers"] > before.get((link["prefill"], link["transport"]), 0)
+    ]
+    assert [link["transport"] for link in grown] == ["nixl"], grown
