@@ -59,6 +59,10 @@ def _router_options(role: str, config: AppConfig) -> dict[str, Any]:
     if role == "decode" and router.decode_policy == "kv_capacity":
         return _router_config(
             request_router_class="deployments.request_routers:KVCapacityRouter",
+            request_router_kwargs={
+                "block_tokens": router.prefix_block_tokens,
+                "max_imbalance": router.max_imbalance,
+            },
             request_routing_stats_period_s=1.0,
         )
     return {}

@@ -22,6 +22,7 @@ from app.kv.fallback import nixl_installed, transfer_plan
 from app.observability.admission_metrics import RayAdmissionMetrics
 from app.observability.request_metrics import RayRequestMetrics
 from app.observability.transfer_metrics import RayTransferMetrics
+from app.routing.decode_affinity import shared
 from app.scaling.demand import DemandMeter
 from deployments.cluster_env import missing_cluster_env
 from deployments.metrics_export import RayMetricsExport
@@ -73,6 +74,12 @@ class Ingress:
             migration=config.migration,
             on_transfer=metrics.record,
             prefill_serving=lambda: serving_now(prefill, self._readiness.serving("prefill")),
+            # Filled by the decode router (deployments.request_routers) in this process.
+            decode_affinity=(
+                shared(config.router.prefix_block_tokens, config.router.max_imbalance)
+                if config.router.decode_policy == "kv_capacity"
+                else None
+            ),
         )
         # What the SLO policy's model check reads (record_autoscaling_stats).
         self._demand = DemandMeter()

@@ -21,6 +21,7 @@ from ray.serve.request_router import (
 )
 
 from app.flow.records import GenerateRequest, KvRelease
+from app.routing.decode_affinity import shared
 from app.routing.kv_capacity import rank_by_capacity
 from app.routing.prefix_affinity import PrefixAffinity
 
@@ -99,7 +100,12 @@ class PrefixAffinityRouter(_RankingRouter):
 
 
 class KVCapacityRouter(_RankingRouter):
-    """Decode pool: the replica with the most free KV cache, then the shortest queue."""
+    """Decode pool: the replica that holds the request's session or the longest prefix of
+    its prompt (app.routing.decode_affinity), unless its queue is too long; else the one
+    with the most free KV cache, then the shortest queue."""
+
+    def initialize_state(self, block_tokens: int = 64, max_imbalance: int = 4, **_: Any) -> None:
+        self.affinity = shared(block_tokens, max_imbalance)
 
     async def choose_replicas(
         self,
@@ -109,9 +115,32 @@ class KVCapacityRouter(_RankingRouter):
         pinned = _pinned(pending_request, candidate_replicas)
         if pinned is not None:
             return pinned
-        if _generate_request(pending_request) is None:
+        request = _generate_request(pending_request)
+        if request is None:
             return [candidate_replicas]
         by_id = self._by_id(candidate_replicas)
         stats = {r.replica_id.unique_id: dict(r.routing_stats or {}) for r in candidate_replicas}
-        ranks = rank_by_capacity(list(by_id), stats, self._queue_lens(candidate_replicas))
+        queue_lens = self._queue_lens(candidate_replicas)
+        ranks = rank_by_capacity(list(by_id), stats, queue_lens)
+        holder = self.affinity.preferred(
+            list(by_id), queue_lens, request.prompt_token_ids, request.session_id
+        )
+        if holder is not None:
+            ranks = [[holder]] + [rank for rank in ranks if rank != [holder]]
         return [[by_id[r] for r in rank] for rank in ranks]
+
+    def on_request_routed(
+        self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any
+    ) -> None:
+        request = _generate_request(pending_request)
+        if request is not None:
+            self.affinity.routed(
+                request.origin_id or request.request_id,
+                replica_id.unique_id,
+                request.prompt_token_ids,
+                request.session_id,
+            )
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        super().update_replicas(replicas)
+        self.affinity.retain({r.replica_id.unique_id for r in replicas})

@@ -57,6 +57,7 @@ class RequestScope:
     timings: list[RequestTimings] = field(default_factory=list)
     on_first_token: Callable[[], None] | None = None
     arrived: float | None = None  # time.perf_counter() when the HTTP request arrived
+    session_id: str | None = None  # the client's x-session-id header
 
 
 # Set by the HTTP layer for each HTTP request it serves.
@@ -271,11 +272,14 @@ class PoolEngineClient:
             timings.ingress_s = time.perf_counter() - scope.arrived
         if scope is not None:
             scope.timings.append(timings)
+        engine_id = request_id if n == 1 else f"{index}_{request_id}"
         request = GenerateRequest(
-            request_id=request_id if n == 1 else f"{index}_{request_id}",
+            request_id=engine_id,
             prompt_token_ids=ids,
             sampling_params=params,
             local_prefill_reason=local_reason,
+            session_id=scope.session_id if scope is not None else None,
+            origin_id=engine_id,
         )
         started = time.perf_counter()
         ended = "failed"

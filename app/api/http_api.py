@@ -234,7 +234,11 @@ class OpenAIServer:
     async def _admitted(
         self, parsed: Any, request: Request, handler: Handler, ticket: Ticket, arrived: float
     ) -> Response:
-        scope = RequestScope(on_first_token=ticket.first_token, arrived=arrived)
+        scope = RequestScope(
+            on_first_token=ticket.first_token,
+            arrived=arrived,
+            session_id=request.headers.get("x-session-id", "")[:256] or None,
+        )
         REQUEST_SCOPE.set(scope)
         streaming = False
         try:

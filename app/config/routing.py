@@ -19,7 +19,9 @@ class RouterConfig(Strict):
     )
     decode_policy: Literal["kv_capacity", "serve_default"] = Field(
         "kv_capacity",
-        description="Decode pool: `kv_capacity` prefers the replica with the most free KV cache.",
+        description="Decode pool: `kv_capacity` prefers the replica holding the request's "
+        "session (`x-session-id`) or the longest prefix of its prompt, then the one with "
+        "the most free KV cache.",
     )
     prefix_block_tokens: int = Field(64, gt=0, description="Prefix hashing granularity, tokens.")
     max_imbalance: int = Field(
@@ -28,7 +30,8 @@ class RouterConfig(Strict):
     local_prefill_below_tokens: int = Field(
         512,
         ge=0,
-        description="Prompts shorter than this are prefilled on the decode replica (no "
+        description="Prompts shorter than this, or of which the decode replica holding the "
+        "conversation lacks fewer tokens than this, are prefilled on the decode replica (no "
         "transfer); 0 disaggregates every request.",
     )
     max_prefill_backlog: int = Field(

@@ -28,6 +28,7 @@ from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from app.flow.request_timings import RequestTimings
 from app.kv.failure import FailureKind, TransferFailure
 from app.kv.fallback import Attempt, TransferReport, Transport
+from app.routing.decode_affinity import DecodeAffinity
 
 logger = logging.getLogger("splitserve.orchestrator")
 
@@ -56,6 +57,7 @@ class Orchestrator:
         max_prefill_backlog: int = 1 << 30,
         migration: MigrationConfig | None = None,
         prefill_serving: Callable[[], bool] | None = None,
+        decode_affinity: DecodeAffinity | None = None,
     ) -> None:
         if mode is Mode.DISAGGREGATED and prefill is None:
             raise ValueError("disaggregated mode needs a prefill pool")
@@ -74,6 +76,9 @@ class Orchestrator:
         # prompts are prefilled on decode at once instead of waiting in its queue.
         self.prefill_serving = prefill_serving or (lambda: True)
         self.prefills_in_flight = 0
+        # Which decode replica caches which conversation (the decode router's memory):
+        # the decision counts the prompt tokens that replica lacks.
+        self.decode_affinity = decode_affinity
         self._releases: set[asyncio.Task[None]] = set()
 
     async def run(
@@ -106,6 +111,7 @@ class Orchestrator:
             answer_text,
         )
         last = 0.0
+        answer: list[int] = []
         try:
             async for chunk in chunks:
                 now = time.perf_counter() - started
@@ -114,7 +120,13 @@ class Orchestrator:
                 elif chunk.token_ids:
                     timings.token_gaps_s.append(now - last)
                 last = now
+                answer += chunk.token_ids
                 yield chunk
+            if self.decode_affinity is not None and self.mode is Mode.DISAGGREGATED:
+                # Its decode replica now caches the answer too: the next turn's prefix.
+                self.decode_affinity.ended(
+                    request.origin_id or request.request_id, request.prompt_token_ids + answer
+                )
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
             # One report per request, whatever migrations and retries it took: the last
@@ -127,6 +139,11 @@ class Orchestrator:
         self, request: GenerateRequest, timings: RequestTimings
     ) -> AsyncIterator[TokenChunk]:
         report = timings.transfer
+        lacking, holder = None, None
+        if self.decode_affinity is not None:
+            lacking, holder = self.decode_affinity.lacking(
+                request.prompt_token_ids, request.session_id
+            )
         decision = decide(
             len(request.prompt_token_ids),
             self.local_prefill_below_tokens,
@@ -134,8 +151,11 @@ class Orchestrator:
             self.max_prefill_backlog,
             request.local_prefill_reason,
             self.prefill_serving(),
+            lacking,
         )
         report.remote_prefill, report.decision_reason = decision.remote, decision.reason
+        if decision.reason == "decode_cached" and holder is not None and not request.replica:
+            request = replace(request, replica=holder)  # to the replica that caches it
         chunks = (
             self._transferred(request, timings)
             if decision.remote

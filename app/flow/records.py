@@ -44,9 +44,15 @@ class GenerateRequest:
     # Why this request must be prefilled on decode whatever its length (it needs the
     # prompt's logprobs, or it is a parallel sample whose prompt decode has cached).
     local_prefill_reason: str | None = None
-    # The Serve replica (unique id) that should serve it, for warm-ups that pair two
-    # given replicas; empty: the pool's router chooses.
+    # The Serve replica (unique id) that should serve it: for warm-ups that pair two given
+    # replicas, and for a conversation's next turn on the decode replica that caches its
+    # history (app.routing.decode_affinity); empty: the pool's router chooses.
     replica: str = ""
+    # The client's ``x-session-id``: the decode router keeps a session on one replica.
+    session_id: str | None = None
+    # The id of the request this one retries or continues (empty: itself), so what its
+    # decode replica ends up caching is credited to that replica.
+    origin_id: str = ""
 
 
 @dataclass(frozen=True)

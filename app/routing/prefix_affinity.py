@@ -85,6 +85,10 @@ class PrefixAffinity:
         while len(seen) > self.max_blocks:
             seen.popitem(last=False)
 
+    def replicas(self) -> list[str]:
+        """The replicas whose prefixes are remembered."""
+        return list(self._seen)
+
     def forget(self, replica: str) -> None:
         self._seen.pop(replica, None)
 

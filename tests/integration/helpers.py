@@ -20,9 +20,11 @@ def random_prompt(seed: int, length: int, last_token: int | None = None) -> list
     return ids
 
 
-def complete(http: Any, base: str, body: dict[str, Any]) -> dict[str, Any]:
+def complete(
+    http: Any, base: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> dict[str, Any]:
     """POST a non-streamed completion; fail loudly on a non-200."""
-    response = http.post(f"{base}/v1/completions", json=body)
+    response = http.post(f"{base}/v1/completions", json=body, headers=headers)
     assert response.status_code == 200, response.text
     result: dict[str, Any] = response.json()
     return result

@@ -39,3 +39,31 @@ def test_short_prompts_skip_remote_prefill(apps, http):
     assert long["splitserve"]["disaggregated"] is True
     assert long["splitserve"]["decision"] == "long_prompt"
     assert long["splitserve"]["prefill_engine"].startswith("prefill-")
+
+
+def test_a_conversations_next_turn_is_prefilled_on_the_decode_replica_that_holds_it(apps, http):
+    """Turn 2 repeats turn 1 and its answer, then adds a short part: the decode replica
+    caches the history (turn 1's KV moved there, and its answer computed there), so only
+    the new part is computed there, with no remote prefill (issue 33's decision)."""
+    first = random_prompt(8300, 600)
+    one = complete(
+        http,
+        apps.disaggregated,
+        {**GREEDY, "prompt": first, "return_token_ids": True},
+        headers={"x-session-id": "integration-chat"},
+    )
+    assert one["splitserve"]["decision"] == "long_prompt", one["splitserve"]
+    answer = one["choices"][0]["token_ids"]
+    # 616 tokens held, 9 full blocks of 64; the 20 new tokens and the rest are 60 (< 64).
+    second = [*first, *answer, *random_prompt(8301, 20)]
+    two = complete(
+        http,
+        apps.disaggregated,
+        {**GREEDY, "prompt": second},
+        headers={"x-session-id": "integration-chat"},
+    )
+    assert two["splitserve"]["decision"] == "decode_cached", two["splitserve"]
+    assert two["splitserve"]["decode_engine"] == one["splitserve"]["decode_engine"]
+    # The decode engine found the history in its own prefix cache.
+    assert two["usage"]["prompt_tokens_details"]["cached_tokens"] >= 576, two["usage"]
+    assert two["usage"]["completion_tokens"] == GREEDY["max_tokens"]

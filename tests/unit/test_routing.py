@@ -100,6 +100,7 @@ def test_the_decision_reasons_metrics_start_at_zero_are_the_ones_decide_gives():
         decide(600, 512, 0, 16, prefill_serving=False),
         decide(600, 512, 16, 16),
         decide(600, 512, 0, 16),
+        decide(600, 512, 0, 16, lacking_tokens=40),
     }
     assert {(d.remote, d.reason) for d in given} == {
         *((True, r) for r in REMOTE_REASONS),
