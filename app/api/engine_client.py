@@ -85,10 +85,10 @@ def prompt_token_ids(prompt: Any) -> list[int]:
 
 @dataclass
 class _Sample:
-    """One sample's output so far (accumulated for non-delta output kinds)."""
+    """One sample's output so far (accumulated for non-delta output kinds), in time
+    linear in its length: text parts are joined when read, logprobs extended in place."""
 
     index: int
-    text: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[Any] | None = None
     cumulative_logprob: float | None = None
@@ -96,6 +96,13 @@ class _Sample:
     stop_reason: int | str | None = None
     prompt_logprobs: Any = None
     num_cached_tokens: int = 0
+    _parts: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        if len(self._parts) > 1:
+            self._parts[:] = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""
 
     def finish(self, chunk: TokenChunk) -> None:
         """Track what every output kind needs: cached tokens and the finish reason."""
@@ -106,10 +113,13 @@ class _Sample:
     def add(self, chunk: TokenChunk) -> None:
         """Accumulate ``chunk`` (cumulative and final-only outputs)."""
         self.finish(chunk)
-        self.text += chunk.text
+        if chunk.text:
+            self._parts.append(chunk.text)
         self.token_ids.extend(chunk.token_ids)
         if chunk.logprobs is not None:
-            self.logprobs = (self.logprobs or []) + list(chunk.logprobs)
+            if self.logprobs is None:
+                self.logprobs = []
+            self.logprobs.extend(chunk.logprobs)
         if chunk.cumulative_logprob is not None:
             self.cumulative_logprob = chunk.cumulative_logprob
         if chunk.prompt_logprobs is not None:
