@@ -166,7 +166,7 @@ class LLMServer:
         return await self.server.all_blocks_free()
 
     async def hold_scheduling(self, seconds: float) -> None:
-        """Fault injection: the engine schedules nothing for ``seconds`` (app.engine.server)."""
+        """Fault injection: the engine schedules nothing for ``seconds`` (app.engine.control)."""
         await self.server.hold_scheduling(seconds)
 
     def process_info(self) -> dict[str, Any]:

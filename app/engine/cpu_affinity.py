@@ -2,7 +2,7 @@
 
 Used for the ingress replica (`ingress.cpu_affinity`): on a machine with cores to spare,
 the HTTP front end can be kept off the engines' cores; and for the engines a replica
-starts (a pool's `cpu_binding`, :mod:`app.engine.server`). Linux only.
+starts (a pool's `cpu_binding`, :mod:`app.engine.binding`). Linux only.
 """
 
 from __future__ import annotations

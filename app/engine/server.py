@@ -21,14 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from app.config import AppConfig
-from app.engine.cpu_affinity import CORE_LIST, pin_children
+from app.engine.binding import bind_engine
+from app.engine.control import EngineControl
 from app.engine.setup import (
     cpu_binding,
     engine_arguments,
@@ -36,11 +36,10 @@ from app.engine.setup import (
     side_channel_host,
 )
 from app.flow.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
-from app.kv import lease_release, object_store, peer_fence, read_deadline
+from app.kv import object_store, peer_fence, read_deadline
 from app.kv.failure import FailureKind, TransferFailure
 from app.kv.fallback import Transport
 from app.kv.kv_read import nixl_read
-from app.kv.lease_release import Release
 from app.kv.payload import LOAD_PATH, NUM_TOKENS, SAVE_PATH
 from app.net import free_listen_port
 from app.observability.engine_metrics import BusyClock, pool_stat_logger
@@ -49,26 +48,8 @@ from app.observability.link_meter import LinkMeter
 
 logger = logging.getLogger("splitserve.engine")
 
-_RELEASE_TRIES = 20  # x 50 ms
 
-
-def bind_engine(cpu_binding: str | None, pool: str) -> None:
-    """Bind every thread of the engine processes this replica started to ``cpu_binding``.
-
-    vLLM applies ``VLLM_CPU_OMP_THREADS_BIND`` only in the worker processes of its ``mp``
-    executor. With ``uni`` nothing binds the engine, and on a CPU platform vLLM's NIXL
-    connector moves the model's thread to the last core of each NUMA node, so every
-    prefill and decode engine on a host computes on the same core. Bound here, once the
-    engine runs, each engine computes on its own cores. ``None``, ``all`` and ``nobind``
-    leave vLLM's choice.
-    """
-    if cpu_binding is None or not re.fullmatch(CORE_LIST, cpu_binding):
-        return
-    cores, pids = pin_children(cpu_binding, f"{pool}.cpu_binding")
-    logger.info("engine processes %s bound to cores %s", pids, sorted(cores))
-
-
-class EngineServer:
+class EngineServer(EngineControl):
     """One vLLM engine in one role; the Serve deployments are thin shells around it.
 
     ``engine`` is anything with vLLM ``AsyncLLM``'s ``generate`` / ``abort`` /
@@ -362,58 +343,6 @@ class EngineServer:
     def stats(self) -> EngineStats:
         """Engine counters and scheduler gauges (by vLLM's sample names), as of its last step."""
         return EngineStats(role=self.role, engine_id=self.engine_id, counters=self.tally.counters())
-
-    async def release_kv(self, kv_transfer_params: dict[str, Any]) -> Release:
-        """Free at once the NIXL blocks a prefill kept for a decode attempt that has ended
-        without reading them (:mod:`app.kv.lease_release`)."""
-        request_id = str(kv_transfer_params.get("remote_request_id") or "")
-        outcome = Release.UNKNOWN
-        # Just after the prefill the worker may not have its lease yet (it learns it at
-        # the engine's next step): ask again for a moment.
-        for _ in range(_RELEASE_TRIES):
-            answers = await self.engine.collective_rpc(lease_release.METHOD, args=([request_id],))
-            outcome = Release(answers[0].get(request_id, Release.UNKNOWN))
-            if outcome is not Release.PENDING:
-                break
-            await asyncio.sleep(0.05)
-        logger.debug("release of %s's KV blocks: %s", request_id, outcome.value)
-        return outcome
-
-    async def drain_leases(self, limit_s: float) -> tuple[int, int]:
-        """Wait, at most ``limit_s``, until this prefill engine keeps no NIXL blocks for a
-        decode to pull: each is read or its lease expires (a stopping replica's last act
-        before its engine shuts down). (Held at the start, held at the end.)"""
-        deadline = time.monotonic() + limit_s
-        held = first = await self._held_leases()
-        while held and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-            held = await self._held_leases()
-        return first, held
-
-    async def _held_leases(self) -> int:
-        try:
-            answers = await self.engine.collective_rpc(lease_release.HELD)
-        except Exception:  # no extension (no NIXL), or the engine is gone: nothing to wait for
-            return 0
-        return int(answers[0])
-
-    async def hold_scheduling(self, seconds: float) -> None:
-        """Stop the engine scheduling any step for ``seconds``, then resume; requests wait,
-        none is lost. A stalled engine as fault tests need it (a read that starts late)."""
-        await self.engine.pause_generation(mode="keep", clear_cache=False)
-        try:
-            await asyncio.sleep(seconds)
-        finally:
-            await self.engine.resume_generation()
-
-    async def all_blocks_free(self) -> bool:
-        """True when the engine holds no KV block for any request.
-
-        Asks vLLM to reset its prefix cache, which it refuses while any block is in use
-        (running requests, or blocks kept for a remote decode to pull). Side effect: the
-        prefix cache is emptied, so call it from tests and diagnostics, not per request.
-        """
-        return bool(await self.engine.reset_prefix_cache())
 
     def process_info(self) -> dict[str, Any]:
         """PID and resident memory (bytes) of this replica and the engine processes it spawned."""

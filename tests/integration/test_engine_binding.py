@@ -2,7 +2,7 @@
 
 vLLM 0.32 does not apply the binding with the `uni` executor, and its NIXL connector moves
 the model's thread to the last core, which put both engines on core 1 before the replica
-bound them (app.engine.server.bind_engine).
+bound them (app.engine.binding.bind_engine).
 """
 
 import os

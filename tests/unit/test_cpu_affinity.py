@@ -107,6 +107,6 @@ def test_children_are_bound_and_this_process_is_not():
 
 @pytest.mark.parametrize("binding", [None, "all", "nobind"])
 def test_vllms_own_choices_bind_nothing(binding):
-    from app.engine.server import bind_engine
+    from app.engine.binding import bind_engine
 
     bind_engine(binding, "decode")  # "all" / "nobind" are not core lists: parsing them raises
