@@ -8,8 +8,12 @@ three calls the Serve deployments forward:
   vLLM keeps the prompt's KV blocks and returns ``kv_transfer_params`` that locate them.
 - ``generate(request)``: stream tokens; on a decode replica the request carries those
   params and the connector pulls the KV (NIXL READ) instead of recomputing the prompt.
-- ``stats()``: counters from the engine's own Prometheus metrics (prefix-cache hits,
-  external (transferred) hits, NIXL bytes) so callers can see what really happened.
+- ``stats()``: counters the engine's stat logger kept (prefix-cache hits, external
+  (transferred) hits, NIXL bytes: :mod:`app.observability.engine_tally`) so callers
+  can see what really happened.
+
+The calls that are not requests (leases, scheduling, the cache) are in
+:mod:`app.engine.control`.
 
 vLLM runs its engine core in a child process it spawns itself (with ``model.executor``
 ``uni``, the default, the model runs in that process too); env vars must therefore be
