@@ -27,17 +27,17 @@ and this process has none.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import secrets
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
 from app.api.answer_text import VllmAnswerText
 from app.api.errors import describe_failure
+from app.api.request_scope import REQUEST_SCOPE
+from app.api.sample_output import SampleOutput, completion_output
 from app.flow.deadline import Deadline
 from app.flow.migration import AnswerText
 from app.flow.orchestrator import Orchestrator
@@ -46,24 +46,6 @@ from app.flow.records import GenerateRequest, TokenChunk
 from app.flow.request_timings import RequestTimings
 
 logger = logging.getLogger("splitserve.engine_client")
-
-
-@dataclass
-class RequestScope:
-    """What the HTTP layer wants back from the engine requests of one HTTP request: the
-    timings of each (for the response's ``splitserve`` field), and a call when the first
-    of them has its first token (admission control)."""
-
-    timings: list[RequestTimings] = field(default_factory=list)
-    on_first_token: Callable[[], None] | None = None
-    arrived: float | None = None  # time.perf_counter() when the HTTP request arrived
-    session_id: str | None = None  # the client's x-session-id header
-
-
-# Set by the HTTP layer for each HTTP request it serves.
-REQUEST_SCOPE: contextvars.ContextVar[RequestScope | None] = contextvars.ContextVar(
-    "splitserve_request_scope", default=None
-)
 
 
 def prompt_token_ids(prompt: Any) -> list[int]:
@@ -81,63 +63,6 @@ def prompt_token_ids(prompt: Any) -> list[int]:
         if ids is not None:
             return list(ids)
     raise VLLMValidationError("prompt embeddings are not served", parameter="prompt")
-
-
-@dataclass
-class _Sample:
-    """One sample's output so far (accumulated for non-delta output kinds), in time
-    linear in its length: text parts are joined when read, logprobs extended in place."""
-
-    index: int
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[Any] | None = None
-    cumulative_logprob: float | None = None
-    finish_reason: str | None = None
-    stop_reason: int | str | None = None
-    prompt_logprobs: Any = None
-    num_cached_tokens: int = 0
-    _parts: list[str] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        if len(self._parts) > 1:
-            self._parts[:] = ["".join(self._parts)]
-        return self._parts[0] if self._parts else ""
-
-    def finish(self, chunk: TokenChunk) -> None:
-        """Track what every output kind needs: cached tokens and the finish reason."""
-        self.num_cached_tokens = max(self.num_cached_tokens, chunk.num_cached_tokens)
-        if chunk.finish_reason is not None:
-            self.finish_reason, self.stop_reason = chunk.finish_reason, chunk.stop_reason
-
-    def add(self, chunk: TokenChunk) -> None:
-        """Accumulate ``chunk`` (cumulative and final-only outputs)."""
-        self.finish(chunk)
-        if chunk.text:
-            self._parts.append(chunk.text)
-        self.token_ids.extend(chunk.token_ids)
-        if chunk.logprobs is not None:
-            if self.logprobs is None:
-                self.logprobs = []
-            self.logprobs.extend(chunk.logprobs)
-        if chunk.cumulative_logprob is not None:
-            self.cumulative_logprob = chunk.cumulative_logprob
-        if chunk.prompt_logprobs is not None:
-            self.prompt_logprobs = chunk.prompt_logprobs
-
-
-def _completion_output(index: int, source: _Sample | TokenChunk) -> Any:
-    from vllm.outputs import CompletionOutput
-
-    return CompletionOutput(
-        index=index,
-        text=source.text,
-        token_ids=source.token_ids,
-        cumulative_logprob=source.cumulative_logprob,
-        logprobs=source.logprobs,
-        finish_reason=source.finish_reason,
-        stop_reason=source.stop_reason,
-    )
 
 
 class PoolEngineClient:
@@ -213,7 +138,7 @@ class PoolEngineClient:
             self._sample(ids, sampling_params, engine_key, k, n, first_token, answer_text)
             for k in range(n)
         ]
-        samples = [_Sample(k) for k in range(n)]
+        samples = [SampleOutput(k) for k in range(n)]
         kind = sampling_params.output_kind
         merged = self._before(request_id, merge_async_iterators(*streams))
         try:
@@ -221,17 +146,17 @@ class PoolEngineClient:
                 sample = samples[index]
                 if kind is RequestOutputKind.DELTA:
                     sample.finish(chunk)
-                    outputs = [_completion_output(index, chunk)]
+                    outputs = [completion_output(index, chunk)]
                     yield self._output(request_id, text, ids, outputs, samples, chunk)
                 else:
                     sample.add(chunk)
                     if kind is RequestOutputKind.CUMULATIVE:
-                        outputs = [_completion_output(index, sample)]
+                        outputs = [completion_output(index, sample)]
                         yield self._output(request_id, text, ids, outputs, samples, sample)
         finally:
             await merged.aclose()
         if kind is not RequestOutputKind.DELTA:
-            outputs = [_completion_output(s.index, s) for s in samples]
+            outputs = [completion_output(s.index, s) for s in samples]
             yield self._output(request_id, text, ids, outputs, samples, samples[0])
 
     def _output(
@@ -240,8 +165,8 @@ class PoolEngineClient:
         text: str | None,
         ids: list[int],
         outputs: list[Any],
-        samples: list[_Sample],
-        source: _Sample | TokenChunk,
+        samples: list[SampleOutput],
+        source: SampleOutput | TokenChunk,
     ) -> Any:
         from vllm.outputs import RequestOutput
 

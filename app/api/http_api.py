@@ -29,11 +29,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from app.api.admission import Admission, Overloaded, Reason, Ticket
-from app.api.engine_client import REQUEST_SCOPE, RequestScope
 from app.api.errors import APIError, bad_request
 from app.api.openai_frontend import Frontend
 from app.api.readiness import Readiness
 from app.api.request_report import splitserve_field
+from app.api.request_scope import REQUEST_SCOPE, RequestScope
 from app.api.sse_report import SSE_DONE, error_event, with_report
 from app.config import IngressConfig
 from app.observability.metrics_page import CONTENT_TYPE
