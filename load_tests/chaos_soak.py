@@ -44,12 +44,12 @@ import ray
 
 from app.config import AppConfig
 from deployments.replicas import replica_actor_names
-from load_tests import aio_stream
 from load_tests.fault_soak import blocks_free, memory_sample, rss_change, shm_files
-from load_tests.local_app import LocalApp, config_args, merge
 from load_tests.migration_bench import kill_busiest_decode
 from load_tests.overload import capacity
 from load_tests.run_conditions import machine
+from tests.harness import aio_stream
+from tests.harness.local_app import LocalApp, config_args, merge
 
 FLOAT32 = {"model": {"dtype": "float32"}}
 FAULTS = ("kill_prefill_replica", "kill_decode_replica", "sigkill_decode_engine", "redeploy")
@@ -91,7 +91,7 @@ class Answer:
 
 async def ask(client: Any, url: str, request: dict[str, Any]) -> Answer:
     """Send ``request`` until it is not shed; read the whole answer. ``client`` is an
-    aiohttp session (:func:`load_tests.aio_stream.session`): at a few hundred requests in
+    aiohttp session (:func:`tests.harness.aio_stream.session`): at a few hundred requests in
     flight, httpx's own CPU cost on two shared cores starved the soak's retries."""
     import aiohttp
 

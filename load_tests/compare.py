@@ -52,13 +52,13 @@ from app.planning.goodput import (
     slo_from_options,
 )
 from load_tests.loadgen import run_at_rate
-from load_tests.local_app import LocalApp, merge
 from load_tests.pool_usage import PoolUsage
 from load_tests.process_usage import cpu_by_group, memory_by_group
 from load_tests.run_conditions import app_settings, machine
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import closed_loop, one_request
 from load_tests.workloads import fixed, mixed
+from tests.harness.local_app import LocalApp, merge
 
 MAX_MODEL_LEN = 2048  # room for the mix's 1536-token prompts
 

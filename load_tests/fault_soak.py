@@ -29,13 +29,13 @@ from typing import Any
 import httpx
 
 from app.config import AppConfig
-from load_tests.local_app import LocalApp, config_args, merge
 from load_tests.migration_bench import kill_busiest_decode
 from load_tests.overload import arrivals, capacity
 from load_tests.process_usage import memory_by_group
 from load_tests.run_conditions import machine
 from load_tests.stats import summarize
 from load_tests.stream_bench import RequestFailed, one_request
+from tests.harness.local_app import LocalApp, config_args, merge
 
 ENGINE_GROUPS = ("engine core", "Prefill replica", "Decode replica", "Ingress replica")
 

@@ -45,12 +45,12 @@ import httpx
 import numpy as np
 import psutil
 
-from load_tests.local_app import LocalApp
 from load_tests.pool_usage import by_pool
 from load_tests.process_usage import app_processes, group_of
 from load_tests.run_conditions import machine
 from load_tests.stream_bench import closed_loop
 from load_tests.workloads import fixed
+from tests.harness.local_app import LocalApp
 
 FRONT_END = ("Serve proxy", "Ingress replica", "Prefill replica", "Decode replica")
 # (name, prompt tokens, output tokens, prefilled remotely, clients x --clients)

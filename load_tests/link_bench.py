@@ -27,7 +27,7 @@ import httpx
 from app.config import TransportConfig
 from app.planning.kv_size import shape_from_model, transfer_seconds, wire_seconds
 from load_tests.stream_bench import one_request
-from load_tests.testnet_cluster import TestnetCluster, shape, two_host_args
+from tests.harness.testnet_cluster import TestnetCluster, shape, two_host_args
 
 
 def _xfer(handle: Any) -> tuple[float, float]:

@@ -33,10 +33,10 @@ import httpx
 import ray
 
 from deployments.replicas import replica_actor_names
-from load_tests.local_app import LocalApp
 from load_tests.run_conditions import machine
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import RequestFailed, one_request
+from tests.harness.local_app import LocalApp
 
 
 def kill_busiest_decode(app_name: str) -> int:

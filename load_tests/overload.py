@@ -36,12 +36,12 @@ from typing import Any
 import httpx
 
 from app.config import AppConfig
-from load_tests import aio_stream
-from load_tests.local_app import LocalApp, config_args, merge
 from load_tests.run_conditions import machine
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import RequestFailed, one_request
 from load_tests.workloads import fixed
+from tests.harness import aio_stream
+from tests.harness.local_app import LocalApp, config_args, merge
 
 PROMPT, OUTPUT = 256, 64
 

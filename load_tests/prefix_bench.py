@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 
-from load_tests.local_app import LocalApp
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import closed_loop, one_request
+from tests.harness.local_app import LocalApp
 
 POLICIES = ("prefix_affinity", "serve_default")
 

@@ -33,7 +33,7 @@ def machine() -> dict[str, Any]:
 def app_settings(config_path: str | Path) -> dict[str, Any]:
     """What a splitserve serve config sets that a result depends on (validated)."""
     from app.config import AppConfig, Mode
-    from load_tests.local_app import config_args
+    from tests.harness.local_app import config_args
 
     config = AppConfig.model_validate(config_args(config_path))
     pools = {"decode": config.decode}

@@ -38,11 +38,11 @@ import yaml
 from app.config import SloConfig, serve_file_policy
 from app.planning.goodput import SLO, attainment
 from app.planning.scaling_sim import ramp_arrival_times
-from load_tests.local_app import LocalApp
 from load_tests.run_conditions import machine
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import closed_loop, one_request
 from load_tests.workloads import Request
+from tests.harness.local_app import LocalApp
 
 CONFIG = "serve_configs/autoscaling.yaml"
 POOLS = ("Prefill", "Decode")

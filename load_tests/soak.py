@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 
-from load_tests.local_app import LocalApp
-from load_tests.stream_bench import sse_lines
+from tests.harness.local_app import LocalApp
+from tests.harness.sse import sse_lines
 
 POOLS = ("Prefill", "Decode")
 

@@ -22,7 +22,7 @@ import ray
 import yaml
 from ray import serve
 
-from load_tests.local_app import LocalApp
+from tests.harness.local_app import LocalApp
 
 pytestmark = pytest.mark.integration
 

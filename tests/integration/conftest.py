@@ -18,8 +18,8 @@ import pytest
 
 from app.net import free_port
 from deployments.cluster_env import harness_ports, serve_cluster_env
-from load_tests.local_app import config_args as load_args
-from load_tests.local_app import wait_ready
+from tests.harness.local_app import config_args as load_args
+from tests.harness.local_app import wait_ready
 
 CONFIGS = Path(__file__).parents[2] / "serve_configs"
 

@@ -19,7 +19,7 @@ import ray
 from ray import serve
 
 from deployments.replicas import replica_actor_names
-from load_tests.stream_bench import sse_lines_sync
+from tests.harness.sse import sse_lines_sync
 
 APP = "splitserve"
 
@@ -212,7 +212,7 @@ def _app_tokenizer() -> Any:
     from tokenizers import Tokenizer
 
     from app.engine.model_source import resolve_model
-    from load_tests.local_app import config_args
+    from tests.harness.local_app import config_args
 
     default = Path(__file__).parents[2] / "serve_configs" / "default.yaml"
     path = Path(resolve_model(config_args(default)["model"]["source"]))

@@ -6,7 +6,7 @@ import json
 import random
 from typing import Any
 
-from load_tests.stream_bench import sse_lines_sync
+from tests.harness.sse import sse_lines_sync
 
 GREEDY = {"temperature": 0, "max_tokens": 16, "ignore_eos": True}
 

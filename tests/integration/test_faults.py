@@ -15,7 +15,7 @@ from app.flow.request_timings import RequestTimings
 from app.kv.failure import FailureKind
 from app.kv.fallback import Transport, transfer_plan
 from deployments.pool_client import ServePoolClient
-from load_tests.stream_bench import sse_lines_sync
+from tests.harness.sse import sse_lines_sync
 from tests.integration.conftest import TEST_KV_LEASE_S
 from tests.integration.faults import (
     all_blocks_free,

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from load_tests.aio_stream import session, stream_completion
+from tests.harness.aio_stream import session, stream_completion
 from tests.integration.helpers import random_prompt
 from tests.lifecycle.leftovers import wait_gone
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from load_tests.local_app import config_args, merge
-from load_tests.testnet_cluster import TestnetCluster, inside_testnet, two_host_args
+from tests.harness.local_app import config_args, merge
+from tests.harness.testnet_cluster import TestnetCluster, inside_testnet, two_host_args
 
 CONFIGS = Path(__file__).parents[2] / "serve_configs"
 

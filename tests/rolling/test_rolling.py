@@ -25,8 +25,8 @@ import ray
 from ray import serve
 
 from deployments.builder import build_app
-from load_tests.local_app import LocalApp, config_args, merge
-from load_tests.stream_bench import sse_lines
+from tests.harness.local_app import LocalApp, config_args, merge
+from tests.harness.sse import sse_lines
 from tests.integration.faults import (
     assert_no_kv_held,
     check_migrated,

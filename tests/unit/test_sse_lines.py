@@ -1,11 +1,11 @@
-"""The load client's SSE line splitting (load_tests.stream_bench.sse_lines)."""
+"""The load client's SSE line splitting (tests.harness.sse.sse_lines)."""
 
 import asyncio
 from collections.abc import AsyncIterator
 
 import httpx
 
-from load_tests.stream_bench import sse_lines, sse_lines_sync
+from tests.harness.sse import sse_lines, sse_lines_sync
 
 
 class _Chunks(httpx.AsyncByteStream):

@@ -21,9 +21,9 @@ from typing import Any
 
 from app.net import free_port
 from deployments.cluster_env import serve_cluster_env
-from load_tests.local_app import config_args, merge
+from tests.harness.local_app import config_args, merge
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TESTNET = str(ROOT / "scripts" / "testnet")
 NAMESPACE_PREFIX = "splitserve-"
 
@@ -152,7 +152,7 @@ class TestnetCluster:
         from ray import serve
 
         from deployments.builder import build_app
-        from load_tests.local_app import wait_ready
+        from tests.harness.local_app import wait_ready
 
         serve.run(build_app(args), name=name, route_prefix=route_prefix)
         url = self.url + route_prefix.rstrip("/")
