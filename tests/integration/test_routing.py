@@ -54,7 +54,8 @@ def test_a_conversations_next_turn_is_prefilled_on_the_decode_replica_that_holds
     )
     assert one["splitserve"]["decision"] == "long_prompt", one["splitserve"]
     answer = one["choices"][0]["token_ids"]
-    # 616 tokens held, 9 full blocks of 64; the 20 new tokens and the rest are 60 (< 64).
+    # 616 tokens held: 9 full blocks of the router's 64; the 20 new tokens and the rest
+    # are 60 (< 64, the test app's local_prefill_below_tokens).
     second = [*first, *answer, *random_prompt(8301, 20)]
     two = complete(
         http,
@@ -64,6 +65,7 @@ def test_a_conversations_next_turn_is_prefilled_on_the_decode_replica_that_holds
     )
     assert two["splitserve"]["decision"] == "decode_cached", two["splitserve"]
     assert two["splitserve"]["decode_engine"] == one["splitserve"]["decode_engine"]
-    # The decode engine found the history in its own prefix cache.
-    assert two["usage"]["prompt_tokens_details"]["cached_tokens"] >= 576, two["usage"]
+    # The decode engine found the history in its own prefix cache: its full blocks (the
+    # CPU backend's are 128 tokens: 4 of the 616 tokens' 4.8).
+    assert two["usage"]["prompt_tokens_details"]["cached_tokens"] >= 512, two["usage"]
     assert two["usage"]["completion_tokens"] == GREEDY["max_tokens"]
