@@ -1,0 +1,153 @@
+"""Why vLLM's own server ran slow in the compare harness: the same c=16 load, two clients.
+
+    .venv/bin/python -m load_tests.vllm_baseline [--requests 128] [--cores 0]
+
+Starts vLLM's OpenAI server as ``load_tests.compare`` does (the builtin tiny model,
+engine bound to ``--cores``) and runs 128-in / 128-out at concurrency 16, once with the
+compare harness's own client (httpx, ``load_tests.stream_bench``) and once with vLLM's
+benchmark client (``vllm.benchmarks.serve``, a client nobody here wrote), in turn and
+then again in the other order. For each run: output tokens per second, TTFT p50, and
+the CPU seconds per wall second of the client (this process) and of each server process
+(API server, engine core, worker). Writes JSON to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from app.engine.model_source import resolve_model
+from load_tests.compare import vllm_server
+from load_tests.run_conditions import machine
+from load_tests.stats import summarize
+from load_tests.stream_bench import closed_loop, one_request
+from load_tests.workloads import fixed
+
+
+def _processes(port: int) -> dict[str, psutil.Process]:
+    """vLLM's server processes by role: the one listening on ``port`` and its children."""
+    server = next(
+        psutil.Process(c.pid)
+        for c in psutil.net_connections("tcp")
+        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid
+    )
+    found = {"api_server": server}
+    for child in server.children(recursive=True):
+        name = " ".join(child.cmdline()) + child.name()
+        if "EngineCore" in name:
+            found["engine_core"] = child
+        elif "Worker" in name or "VllmWorker" in name:
+            found["worker"] = child
+        else:
+            found.setdefault("other", child)
+    return found
+
+
+def _cpu(processes: dict[str, psutil.Process]) -> dict[str, float]:
+    out = {}
+    for role, process in processes.items():
+        try:
+            times = process.cpu_times()
+            out[role] = times.user + times.system
+        except psutil.Error:
+            out[role] = 0.0
+    return out
+
+
+async def _harness(url: str, count: int, concurrency: int) -> dict[str, Any]:
+    requests = fixed(random.Random(0), count, input_len=128, output_len=128)
+    async with httpx.AsyncClient(timeout=300) as client:
+        started = time.perf_counter()
+        timings, failures = await closed_loop(client, url, "tiny-llama", requests, concurrency)
+        wall = time.perf_counter() - started
+    return {
+        "failed": len(failures),
+        "output_tok_per_s": sum(t.output_tokens for t in timings) / wall,
+        "ttft_p50_ms": summarize([t.ttft for t in timings], 1000)["p50"],
+    }
+
+
+def _vllm_bench(url: str, count: int, concurrency: int) -> dict[str, Any]:
+    from vllm.benchmarks.serve import add_cli_args, main
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()  # type: ignore[no-untyped-call]
+    add_cli_args(parser)
+    model = resolve_model("builtin:tiny-llama")
+    args = parser.parse_args(
+        [
+            "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
+            "--model", model, "--served-model-name", "tiny-llama", "--tokenizer", model,
+            "--dataset-name", "random", "--random-input-len", "128",
+            "--random-output-len", "128", "--num-prompts", str(count),
+            "--max-concurrency", str(concurrency), "--ignore-eos", "--seed", "0",
+            "--percentile-metrics", "ttft,tpot", "--disable-tqdm",
+        ]
+    )  # fmt: skip
+    result = main(args)
+    return {
+        "failed": int(result.get("failed", 0)),
+        "output_tok_per_s": float(result["output_throughput"]),
+        "ttft_p50_ms": float(result["median_ttft_ms"]),
+    }
+
+
+def run_one(client: str, url: str, port: int, args: argparse.Namespace) -> dict[str, Any]:
+    servers = _processes(port)
+    me = psutil.Process()
+    before, mine = _cpu(servers), me.cpu_times()
+    started = time.perf_counter()
+    if client == "harness":
+        got = asyncio.run(_harness(url, args.requests, args.concurrency))
+    else:
+        got = _vllm_bench(url, args.requests, args.concurrency)
+    wall = time.perf_counter() - started
+    after, mine_after = _cpu(servers), me.cpu_times()
+    client_s = (mine_after.user + mine_after.system) - (mine.user + mine.system)
+    return {
+        "client": client,
+        **{k: round(v, 2) for k, v in got.items()},
+        "wall_s": round(wall, 2),
+        "cpu_per_wall_s": {
+            "client": round(client_s / wall, 2),
+            **{role: round((after[role] - before[role]) / wall, 2) for role in servers},
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=128)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--cores", default="0")
+    parser.add_argument("--port", type=int, default=8011)
+    parser.add_argument("--out", default="load_tests/results/vllm_baseline.json")
+    args = parser.parse_args()
+    runs = []
+    with vllm_server(port=args.port, cores=args.cores) as url:
+        asyncio.run(_warm(url))
+        for client in ("harness", "vllm_bench", "vllm_bench", "harness"):
+            runs.append(run_one(client, url, args.port, args))
+            print(json.dumps(runs[-1]), flush=True)
+    result = {"conditions": {**vars(args), "machine": machine()}, "runs": runs}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+
+
+async def _warm(url: str) -> None:
+    async with httpx.AsyncClient(timeout=300) as client:
+        for _ in range(3):
+            await one_request(client, url, "tiny-llama", list(range(10, 138)), 8)
+
+
+if __name__ == "__main__":
+    main()
