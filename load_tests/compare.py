@@ -135,7 +135,8 @@ async def _warm_up(url: str) -> None:
         await one_request(client, url, "tiny-llama", list(range(10, 138)), 4)
 
 
-async def _fixed_load(url: str, count: int, concurrency: int, seed: int) -> dict[str, Any]:
+async def fixed_load(url: str, count: int, concurrency: int, seed: int) -> dict[str, Any]:
+    """``count`` requests of 128 in / 128 out at ``concurrency`` (closed loop), summed up."""
     requests = fixed(random.Random(seed), count, input_len=128, output_len=128)
     async with httpx.AsyncClient(timeout=300) as client:
         started = time.perf_counter()
@@ -176,10 +177,10 @@ def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any
     row["rss_total_mib"] = round(sum(memory_by_group("rss").values()))
     row["pss_total_mib"] = round(sum(memory_by_group("pss").values()))
     with PoolUsage(url) as usage:
-        row["c1"] = asyncio.run(_fixed_load(url, args.c1_requests, 1, args.seed))
+        row["c1"] = asyncio.run(fixed_load(url, args.c1_requests, 1, args.seed))
     row["c1"]["pools"] = usage.result
     with PoolUsage(url) as usage:
-        row["c16"] = asyncio.run(_fixed_load(url, args.c16_requests, 16, args.seed + 1))
+        row["c16"] = asyncio.run(fixed_load(url, args.c16_requests, 16, args.seed + 1))
     row["c16"]["pools"] = usage.result
     requests = mixed(random.Random(args.seed), args.mixed_requests)
     with PoolUsage(url) as usage:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import time
 from pathlib import Path
 from typing import Any
@@ -25,11 +24,9 @@ import httpx
 import psutil
 
 from app.engine.model_source import resolve_model
-from load_tests.compare import vllm_server
+from load_tests.compare import fixed_load, vllm_server
 from load_tests.run_conditions import machine
-from load_tests.stats import summarize
-from load_tests.stream_bench import closed_loop, one_request
-from load_tests.workloads import fixed
+from load_tests.stream_bench import one_request
 
 
 def _processes(port: int) -> dict[str, psutil.Process]:
@@ -60,19 +57,6 @@ def _cpu(processes: dict[str, psutil.Process]) -> dict[str, float]:
         except psutil.Error:
             out[role] = 0.0
     return out
-
-
-async def _harness(url: str, count: int, concurrency: int) -> dict[str, Any]:
-    requests = fixed(random.Random(0), count, input_len=128, output_len=128)
-    async with httpx.AsyncClient(timeout=300) as client:
-        started = time.perf_counter()
-        timings, failures = await closed_loop(client, url, "tiny-llama", requests, concurrency)
-        wall = time.perf_counter() - started
-    return {
-        "failed": len(failures),
-        "output_tok_per_s": sum(t.output_tokens for t in timings) / wall,
-        "ttft_p50_ms": summarize([t.ttft for t in timings], 1000)["p50"],
-    }
 
 
 def _vllm_bench(url: str, count: int, concurrency: int) -> dict[str, Any]:
@@ -106,7 +90,12 @@ def run_one(client: str, url: str, port: int, args: argparse.Namespace) -> dict[
     before, mine = _cpu(servers), me.cpu_times()
     started = time.perf_counter()
     if client == "harness":
-        got = asyncio.run(_harness(url, args.requests, args.concurrency))
+        load = asyncio.run(fixed_load(url, args.requests, args.concurrency, 0))
+        got = {
+            "failed": load["failed"],
+            "output_tok_per_s": load["output_tok_per_s"],
+            "ttft_p50_ms": load["ttft_ms"]["p50"],
+        }
     else:
         got = _vllm_bench(url, args.requests, args.concurrency)
     wall = time.perf_counter() - started
