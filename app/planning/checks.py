@@ -77,10 +77,15 @@ class Advice:
     reasons: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        """The advice with each check's value and threshold as they are (a share as 0-1,
+        a size in bytes), and ``unit`` naming that unit, not the table's display unit."""
         return {
             "recommendation": self.recommendation,
             "reasons": self.reasons,
-            "checks": [asdict(check) for check in self.checks],
+            "checks": [
+                {**asdict(check), "unit": _VALUE_UNITS.get(check.unit, check.unit)}
+                for check in self.checks
+            ],
         }
 
     def table(self) -> str:
@@ -94,6 +99,10 @@ class Advice:
         lines.append(f"recommendation: {self.recommendation}")
         lines.extend(f"  - {reason}" for reason in self.reasons)
         return "\n".join(lines)
+
+
+# A check's display unit (the table's) -> the unit its raw value is in (the JSON's).
+_VALUE_UNITS = {"%": "fraction", "MB": "bytes", "kind": "1 = RDMA, 0 = TCP"}
 
 
 def _fmt(value: float, unit: str) -> str:

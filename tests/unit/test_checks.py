@@ -88,3 +88,14 @@ def test_bad_workloads_are_refused():
         _with(decode_share=1.5)
     with pytest.raises(ValueError):
         _with(accelerators=0)
+
+
+def test_json_names_the_unit_each_raw_value_is_in():
+    """The table shows a share as "94%" and a size as "0.8 MB"; the JSON keeps the raw
+    value (0.94, 839680.0), so its unit must say fraction and bytes, not % and MB."""
+    checks = {c["name"]: c for c in advise(_with(accelerators=2)).to_json()["checks"]}
+    share = checks["decode share of time"]
+    assert share["unit"] == "fraction" and 0 <= share["value"] <= 1
+    size = checks["KV bytes per request"]
+    assert size["unit"] == "bytes" and size["threshold"] == 500e6
+    assert checks["network kind"]["unit"] == "1 = RDMA, 0 = TCP"
