@@ -194,7 +194,8 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default="builtin:tiny-llama",
-        help="config.json, a model directory, or a YAML model source (default: %(default)s)",
+        help="config.json, a model directory, a builtin model, or a serve config YAML (its "
+        "model.source) (default: %(default)s)",
     )
     parser.add_argument("--tensor-parallel", type=int, default=1)
     parser.add_argument("--kv-dtype", default="auto", help="auto (the model's), fp8, bf16, ...")

@@ -110,15 +110,30 @@ def shape_from_config(config: dict[str, Any]) -> KVShape:
 
 
 def shape_from_model(source: str) -> KVShape:
-    """The KV shape of a ``config.json`` file, a model directory, or a YAML model source."""
+    """The KV shape of a ``config.json`` file, a model directory, a builtin model
+    (``builtin:tiny-llama``), or a serve config YAML (its app's ``model.source``)."""
     path = Path(source)
-    if not path.exists():
-        from app.engine.model_source import resolve_model
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        from app.config import AppConfig, serve_file_args
 
+        return shape_from_model(AppConfig.model_validate(serve_file_args(path)).model.source)
+    if not path.exists():
+        from app.engine.model_source import is_builtin, resolve_model
+
+        if not is_builtin(source):
+            raise ValueError(
+                f"{source!r} is not a config.json, a model directory, a builtin model or a "
+                "serve config YAML here. A hub id is not fetched: download the model's "
+                "config.json and pass its path"
+            )
         path = Path(resolve_model(source))
     if path.is_dir():
         path = path / "config.json"
-    return shape_from_config(json.loads(path.read_text()))
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable model config.json ({exc})") from None
+    return shape_from_config(config)
 
 
 def wire_seconds(nbytes: float, gbit_per_s: float) -> float:

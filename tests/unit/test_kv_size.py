@@ -90,3 +90,16 @@ def test_bad_link_and_parallelism():
         wire_seconds(1, 0)
     with pytest.raises(ValueError):
         KVShape(layers=1, kv_heads=1, head_dim=1).bytes_per_token(0)
+
+
+def test_model_from_a_serve_config_yaml_and_clear_errors_otherwise(tmp_path):
+    from app.planning.kv_size import shape_from_model
+
+    # A serve config: its app's model.source (the builtin tiny model here).
+    assert shape_from_model("serve_configs/default.yaml") == shape_from_model("builtin:tiny-llama")
+    with pytest.raises(ValueError, match="hub id is not fetched"):
+        shape_from_model("some-org/some-model")
+    bad = tmp_path / "config.json"
+    bad.write_text("not json")
+    with pytest.raises(ValueError, match=r"not a readable model config\.json"):
+        shape_from_model(str(bad))
