@@ -121,11 +121,7 @@ async def ask(client: Any, url: str, request: dict[str, Any]) -> Answer:
 
 
 async def _streamed(response: Any, answer: Answer) -> None:
-    async for raw in response.content:
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        event = json.loads(line[len("data: ") :])
+    async for event in aio_stream.events(response):
         if "error" in event:
             answer.error = json.dumps(event["error"])[:300]
         for choice in event.get("choices") or ():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,14 @@ def session(total_timeout_s: float = 900) -> Any:
     )
 
 
+async def events(response: Any) -> AsyncIterator[dict[str, Any]]:
+    """The JSON events of an aiohttp response's SSE stream, ``[DONE]`` left out."""
+    async for raw in response.content:
+        line = raw.decode().strip()
+        if line.startswith("data: ") and line != "data: [DONE]":
+            yield json.loads(line[len("data: ") :])
+
+
 async def stream_completion(
     client: Any, url: str, body: dict[str, Any], since: float | None = None
 ) -> Streamed:
@@ -54,11 +63,7 @@ async def stream_completion(
             result.error = await response.text()
             result.end_s = time.perf_counter() - since
             return result
-        async for raw in response.content:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[len("data: ") :])
+        async for event in events(response):
             if "error" in event:
                 result.error = json.dumps(event)
             if event.get("choices") and result.ttft_s is None:
