@@ -47,7 +47,7 @@ from app.kv.kv_read import nixl_read
 from app.kv.payload import LOAD_PATH, NUM_TOKENS, SAVE_PATH
 from app.net import free_listen_port
 from app.observability.engine_metrics import BusyClock, pool_stat_logger
-from app.observability.engine_tally import EngineTally, tally_stat_logger
+from app.observability.engine_tally import EngineTally
 from app.observability.link_meter import LinkMeter
 
 logger = logging.getLogger("splitserve.engine")
@@ -110,17 +110,14 @@ class EngineServer(EngineControl):
         backend = config.model.executor_backend
         if backend is not None:
             vllm_config.parallel_config.distributed_executor_backend = backend
-        # Engine metrics go to Ray's export labelled by pool (app.observability.engine_metrics),
-        # and the few this replica reads to a tally kept as the engine steps
-        # (app.observability.engine_tally).
+        # One stat logger: engine metrics to Ray's export labelled by pool
+        # (app.observability.engine_metrics), and the few this replica reads to a tally
+        # kept as the engine steps (app.observability.engine_tally).
         busy = BusyClock()
         tally = EngineTally()
         engine = AsyncLLM.from_vllm_config(
             vllm_config,
-            stat_loggers=[
-                pool_stat_logger(role.value, busy, application),
-                tally_stat_logger(tally),
-            ],
+            stat_loggers=[pool_stat_logger(role.value, busy, application, tally)],
         )
         bind_engine(cpu_binding(pool), "prefill" if role is Role.PREFILL else "decode")
         return cls(

@@ -26,6 +26,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from app.observability.engine_tally import EngineTally
+
 _log = logging.getLogger("splitserve.engine")
 
 # How often an idle engine's gauges are set again (Ray drops them after 2 export intervals).
@@ -67,9 +69,12 @@ class BusyClock:
         return added
 
 
-def pool_stat_logger(pool: str, clock: BusyClock, application: str = "") -> type[Any]:
+def pool_stat_logger(
+    pool: str, clock: BusyClock, application: str = "", tally: EngineTally | None = None
+) -> type[Any]:
     """A vLLM stat-logger class recording to Ray with ``pool`` and ``application`` labels,
-    and counting the engine's busy time on ``clock``.
+    counting the engine's busy time on ``clock``, and keeping the figures the replica
+    reads in ``tally`` (:mod:`app.observability.engine_tally`): one logger per step.
 
     Pass it in ``AsyncLLM``'s ``stat_loggers``. The class is built here so that vLLM and
     Ray are imported only when an engine starts.
@@ -155,6 +160,8 @@ def pool_stat_logger(pool: str, clock: BusyClock, application: str = "") -> type
             mm_cache_stats: Any = None,
             engine_idx: int = 0,
         ) -> None:
+            if tally is not None:
+                tally.record(scheduler_stats, iteration_stats)
             if scheduler_stats is not None:
                 seconds = clock.step(scheduler_stats.num_running_reqs)
                 if seconds > 0:

@@ -8,10 +8,10 @@ few counters for tests and benchmarks (prefix-cache hits, NIXL bytes and time).
 It used to read them by collecting this process's whole Prometheus registry, which a
 second vLLM stat logger (``PrometheusStatLogger``) filled on every engine step: two
 loggers per step, and a scan of a few thousand samples several times a second for a
-dozen numbers. :class:`EngineTally` is that second logger's replacement: plain numbers
-and fixed-bucket histograms updated from each step's stats, read without a scan. Ray's
-export (:mod:`app.observability.engine_metrics`) still records every vLLM metric for
-dashboards.
+dozen numbers. :class:`EngineTally` replaces both: plain numbers and fixed-bucket
+histograms, updated from each step's stats by the one stat logger the engine has (Ray's
+export, :func:`app.observability.engine_metrics.pool_stat_logger`, which still records
+every vLLM metric for dashboards), and read without a scan.
 
 Counter names are vLLM's Prometheus sample names (``vllm:prefix_cache_hits_total``,
 ``vllm:nixl_bytes_transferred_sum``...), so what :meth:`EngineTally.counters` returns reads
@@ -167,28 +167,3 @@ def _nixl_stats(data: dict[str, Any]) -> Iterator[dict[str, Any]]:
     for value in data.values():
         if isinstance(value, dict):
             yield from _nixl_stats(value)
-
-
-def tally_stat_logger(tally: EngineTally) -> type[Any]:
-    """A vLLM stat-logger class that records each step into ``tally``; pass it in
-    ``AsyncLLM``'s ``stat_loggers``. Built here so that vLLM is imported only when an
-    engine starts."""
-    from vllm.v1.metrics.loggers import StatLoggerBase
-
-    class TallyStatLogger(StatLoggerBase):
-        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
-            self.tally = tally
-
-        def record(
-            self,
-            scheduler_stats: Any,
-            iteration_stats: Any,
-            mm_cache_stats: Any = None,
-            engine_idx: int = 0,
-        ) -> None:
-            tally.record(scheduler_stats, iteration_stats)
-
-        def log_engine_initialized(self) -> None:
-            pass
-
-    return TallyStatLogger
