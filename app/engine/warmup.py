@@ -153,14 +153,8 @@ def _pair_request(server: Any, side: str) -> Callable[..., GenerateRequest]:
 
 
 def _measure_length(server: Any) -> int:
-    return max(PAIR_PROMPT_TOKENS, min(MEASURE_PROMPT_TOKENS, _max_model_len(server) - 8))
-
-
-def _max_model_len(server: Any) -> int:
-    try:
-        return int(server.engine.model_config.max_model_len)
-    except AttributeError:  # a test's fake engine
-        return PAIR_PROMPT_TOKENS + 8
+    longest = int(server.engine.model_config.max_model_len) - 8
+    return max(PAIR_PROMPT_TOKENS, min(MEASURE_PROMPT_TOKENS, longest))
 
 
 async def warm_peers(
