@@ -68,10 +68,7 @@ class DecodeAffinity:
     ) -> str | None:
         """The replica among ``replicas`` that holds the session or the longest prefix of
         ``prompt``, if its queue is within ``max_imbalance`` of the shortest; else None."""
-        if not replicas:
-            return None
-        least = min(queue_lens.get(r, 0) for r in replicas)
-        fair = [r for r in replicas if queue_lens.get(r, 0) - least <= self.prefixes.max_imbalance]
+        fair = self.prefixes.fair(replicas, queue_lens)
         with self._lock:
             owner = self._sessions.get(session) if session else None
             if owner in fair:

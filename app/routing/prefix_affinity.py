@@ -59,8 +59,7 @@ class PrefixAffinity:
         """Replicas best first, as Serve's routers expect (a list of ranks)."""
         if not replicas:
             return []
-        least = min(queue_lens.get(r, 0) for r in replicas)
-        fair = [r for r in replicas if queue_lens.get(r, 0) - least <= self.max_imbalance]
+        fair = self.fair(replicas, queue_lens)
         # Longest cached prefix first; then the shorter queue; then the replica holding
         # fewer prefixes, so new prefixes spread over the pool instead of piling onto one.
         ordered = sorted(
@@ -75,6 +74,12 @@ class PrefixAffinity:
             (r for r in replicas if r not in fair), key=lambda r: queue_lens.get(r, 0)
         )
         return [[r] for r in ordered + overloaded]
+
+    def fair(self, replicas: Sequence[str], queue_lens: dict[str, int]) -> list[str]:
+        """The replicas whose queue is at most ``max_imbalance`` longer than the shortest:
+        those affinity may choose from (past that, load wins)."""
+        least = min((queue_lens.get(r, 0) for r in replicas), default=0)
+        return [r for r in replicas if queue_lens.get(r, 0) - least <= self.max_imbalance]
 
     def record(self, replica: str, hashes: Sequence[int]) -> None:
         """``replica`` now holds (or will hold) these prefix blocks."""
