@@ -16,6 +16,12 @@ or ``NixlConnector`` (``pull``), ``kv_buffer_device: cpu``, and no Ray or Serve.
 Each greedy answer is compared with the same prompt on the decode engine alone
 (recompute), and time to first token is reported from the first send. Writes JSON to
 ``--out``.
+
+``--fault prefill-lost`` (push only) asks what a fault does to the hand-off: each decode
+request names the prefill engine, but the prefill request is never sent, as when the
+prefill replica dies between the two sends. It reports whether decode's request ends on
+its own within ``--timeout-s``, and the decode engine's KV usage and running/waiting
+counts before it, while it waits, and after the client gives up (the abort).
 """
 
 from __future__ import annotations
@@ -41,7 +47,41 @@ from load_tests.run_conditions import machine
 CONNECTORS = {"push": "NixlPushConnector", "pull": "NixlConnector"}
 
 
-def start(role: Role, config: AppConfig, model: str, mode: str, core: str) -> tuple[Any, str, int]:
+class KvUsage:
+    """The decode engine's last scheduler figures (a vLLM stat logger)."""
+
+    last: dict[str, float] = {}
+
+    @staticmethod
+    def factory(vllm_config: Any, engine_index: int = 0) -> Any:
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        class Logger(StatLoggerBase):
+            def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+                pass
+
+            def record(self, scheduler_stats: Any, iteration_stats: Any, *a: Any, **k: Any) -> None:
+                if scheduler_stats is not None:
+                    KvUsage.last = {
+                        "kv_cache_usage": scheduler_stats.kv_cache_usage,
+                        "running": scheduler_stats.num_running_reqs,
+                        "waiting": scheduler_stats.num_waiting_reqs,
+                    }
+
+            def log_engine_initialized(self) -> None:
+                pass
+
+        return Logger(vllm_config, engine_index)
+
+
+def start(
+    role: Role,
+    config: AppConfig,
+    model: str,
+    mode: str,
+    core: str,
+    loggers: list[Any] | None = None,
+) -> tuple[Any, str, int]:
     """An AsyncLLM for ``role`` with vLLM's own NIXL connector in ``mode``."""
     from vllm.config import KVTransferConfig
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -65,7 +105,7 @@ def start(role: Role, config: AppConfig, model: str, mode: str, core: str) -> tu
     )
     vllm_config = args.create_engine_config()
     vllm_config.parallel_config.distributed_executor_backend = config.model.executor_backend
-    return AsyncLLM.from_vllm_config(vllm_config), engine_id, port
+    return AsyncLLM.from_vllm_config(vllm_config, stat_loggers=loggers), engine_id, port
 
 
 async def final(engine: Any, prompt: list[int], params: Any, request_id: str) -> Any:
@@ -130,13 +170,70 @@ async def one(
     return {"ttft_s": first, "tokens": tokens}
 
 
+async def prefill_lost(
+    prefill: tuple[Any, str, int], decode: Any, prompt: list[int], wait_s: float
+) -> dict[str, Any]:
+    """Decode registers its blocks with a prefill that never computes the request."""
+    from vllm import SamplingParams
+
+    _, engine_id, port = prefill
+    rid = uuid.uuid4().hex[:12]
+    kv = {
+        "do_remote_prefill": True,
+        "remote_engine_id": engine_id,
+        "remote_host": "127.0.0.1",
+        "remote_port": port,
+        "tp_size": 1,
+        "remote_request_id": rid,
+    }
+    params = SamplingParams(
+        temperature=0, max_tokens=4, ignore_eos=True, extra_args={"kv_transfer_params": kv}
+    )
+    before = dict(KvUsage.last)
+    outcome = "no token and no error"
+    try:
+        async with asyncio.timeout(wait_s):
+            async for out in decode.generate({"prompt_token_ids": prompt}, params, rid):
+                if out.finished:
+                    outcome = f"ended: {out.outputs[0].finish_reason}"
+                    break
+    except TimeoutError:
+        outcome = f"no token and no error after {wait_s:g} s; the client aborts"
+    waiting = dict(KvUsage.last)
+    await asyncio.sleep(3.0)  # a few engine steps after the abort
+    return {
+        "outcome": outcome,
+        "before": before,
+        "waiting": waiting,
+        "after_abort": dict(KvUsage.last),
+    }
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from vllm import SamplingParams
 
     config = AppConfig.model_validate(serve_file_args(args.config))
     model = resolve_model(config.model.source)
     prefill = start(Role.PREFILL, config, model, args.mode, "0")
-    decode, _, _ = start(Role.DECODE, config, model, args.mode, "1")
+    decode, _, _ = start(Role.DECODE, config, model, args.mode, "1", [KvUsage.factory])
+    if args.fault == "prefill-lost":
+        rng = random.Random(args.seed)
+        # A first request served whole, so the pair's handshake is done.
+        await one(
+            args.mode, prefill, decode, [rng.randrange(3, 1000) for _ in range(args.tokens)], 2
+        )
+        lost = [
+            await prefill_lost(
+                prefill,
+                decode,
+                [rng.randrange(3, 1000) for _ in range(args.tokens)],
+                args.timeout_s,
+            )
+            for _ in range(args.requests)
+        ]
+        prefill[0].shutdown()
+        decode.shutdown()
+        return {"conditions": {**vars(args), "machine": machine()}, "prefill_lost": lost}
     rng = random.Random(args.seed)
     results: list[dict[str, Any]] = []
     errors: list[str] = []
@@ -184,6 +281,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--timeout-s", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fault", choices=["prefill-lost"], default=None)
     parser.add_argument("--out", default="load_tests/results/push_probe.json")
     args = parser.parse_args()
     result = asyncio.run(run(args))

@@ -143,6 +143,7 @@ async def resumable(
     tries = 0
     give_up_at: float | None = None
     current = request
+    watch = StallWatch(config.stall_timeout_s)
     while True:
         chunks = aiter(serve(current))
         progressed = False
@@ -150,7 +151,7 @@ async def resumable(
         try:
             while True:
                 try:
-                    chunk = await _next(chunks, config.stall_timeout_s if progressed else None)
+                    chunk = await (watch.next(chunks) if progressed else anext(chunks))
                 except StopAsyncIteration:
                     return
                 progressed = True
@@ -195,6 +196,7 @@ async def resumable(
                     raise
                 await asyncio.sleep(config.retry_interval_s)
         finally:
+            watch.stop()
             await chunks.aclose()  # type: ignore[attr-defined]
         tries += 1
         max_tokens = request.sampling_params.max_tokens
@@ -226,9 +228,56 @@ def _mend(chunk: TokenChunk, answer: AnswerText, chars_sent: int) -> tuple[Token
     return replace(chunk, text=text), max(chars_sent, end)
 
 
-async def _next(chunks: AsyncIterator[TokenChunk], stall_timeout_s: float | None) -> TokenChunk:
-    try:
-        async with asyncio.timeout(stall_timeout_s):
+class StallWatch:
+    """One watchdog per stream: a wait for the next chunk longer than ``stall_timeout_s``
+    fails as :class:`ReplicaLost` (``stream_stalled``).
+
+    Only the waits on the replica count, not the time the client takes a chunk. One timer
+    serves the whole stream: each wait only notes when it began, and the timer, when it
+    fires, moves itself to the current wait's deadline, so a stream of chunks well inside
+    the limit sets it once per ``stall_timeout_s`` instead of once per chunk (as an
+    ``asyncio.timeout`` around each wait did).
+    """
+
+    def __init__(self, stall_timeout_s: float) -> None:
+        self.stall_timeout_s = stall_timeout_s
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiter: asyncio.Task[object] | None = None
+        self._deadline = 0.0
+        self._fired = False
+
+    async def next(self, chunks: AsyncIterator[TokenChunk]) -> TokenChunk:
+        """``chunks``' next chunk, within the limit."""
+        loop = asyncio.get_running_loop()
+        self._waiter = asyncio.current_task()
+        self._deadline = loop.time() + self.stall_timeout_s
+        if self._timer is None:
+            self._timer = loop.call_at(self._deadline, self._check)
+        try:
             return await anext(chunks)
-    except TimeoutError as exc:
-        raise ReplicaLost(LostCause.STREAM_STALLED, f"no token for {stall_timeout_s:g} s") from exc
+        except asyncio.CancelledError as exc:
+            if not self._fired or self._waiter is None or self._waiter.uncancel():
+                raise  # a cancel from elsewhere: pass it on
+            raise ReplicaLost(
+                LostCause.STREAM_STALLED, f"no token for {self.stall_timeout_s:g} s"
+            ) from exc
+        finally:
+            self._waiter = None
+            self._fired = False
+
+    def stop(self) -> None:
+        """The stream is over (or lost): the timer goes."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _check(self) -> None:
+        self._timer = None
+        if self._waiter is None:
+            return  # between waits: the next wait sets the timer again
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._deadline:
+            self._timer = loop.call_at(self._deadline, self._check)
+            return
+        self._fired = True
+        self._waiter.cancel()

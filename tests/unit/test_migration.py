@@ -6,7 +6,7 @@ import pytest
 from vllm import SamplingParams
 
 from app.config import MigrationConfig, Mode
-from app.flow.migration import LostCause, ReplicaLost, continuation
+from app.flow.migration import LostCause, ReplicaLost, StallWatch, continuation
 from app.flow.orchestrator import Orchestrator
 from app.flow.pool_client import PoolClient
 from app.flow.records import GenerateRequest, Started, TokenChunk
@@ -194,3 +194,56 @@ def test_ray_and_vllm_failures_that_mean_a_lost_replica():
         assert lost_cause(outer) is LostCause.ENGINE_DIED
     assert lost_cause(ValueError("bad sampling params")) is None
     assert lost_cause(Wrapped(ValueError("a bug"))) is None
+
+
+async def _chunks(gaps_s):
+    for number, gap in enumerate(gaps_s):
+        await asyncio.sleep(gap)
+        yield TokenChunk("x", [number])
+
+
+async def test_the_stall_watch_times_the_replica_not_the_client():
+    # Each wait on the replica is short; the client takes longer than the limit between
+    # chunks. Only the replica's waits count: no stall.
+    watch = StallWatch(0.05)
+    chunks = aiter(_chunks([0.01] * 4))
+    got = []
+    for _ in range(4):
+        got.append(await watch.next(chunks))
+        await asyncio.sleep(0.08)  # a slow client
+    watch.stop()
+    assert [c.token_ids for c in got] == [[0], [1], [2], [3]]
+
+
+async def test_the_stall_watch_fails_a_wait_past_the_limit_once():
+    watch = StallWatch(0.05)
+    chunks = aiter(_chunks([0.0, 0.0, 1.0]))
+    await watch.next(chunks)
+    await watch.next(chunks)
+    with pytest.raises(ReplicaLost, match="stream_stalled"):
+        await watch.next(chunks)
+    watch.stop()
+    assert not asyncio.current_task().cancelling()  # the watchdog's cancel is taken back
+
+
+async def test_the_stall_watch_sets_one_timer_for_a_stream_of_fast_chunks(monkeypatch):
+    loop = asyncio.get_running_loop()
+    timers = []
+    call_at = loop.call_at
+    monkeypatch.setattr(loop, "call_at", lambda *a: timers.append(a) or call_at(*a))
+    watch = StallWatch(10.0)
+    chunks = aiter(_chunks([0.0] * 200))
+    for _ in range(200):
+        await watch.next(chunks)
+    watch.stop()
+    assert len(timers) == 1  # asyncio.timeout per chunk set 200
+
+
+async def test_a_cancel_from_elsewhere_is_not_a_stall():
+    watch = StallWatch(10.0)
+    task = asyncio.ensure_future(watch.next(aiter(_chunks([5.0]))))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    watch.stop()
