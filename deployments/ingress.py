@@ -59,6 +59,7 @@ class Ingress:
         self._readiness = Readiness(tuple(handles), streaming, ServePoolProbe(application, handles))
         plan = transfer_plan(config.transport.kind, nixl_installed())
         metrics = RayTransferMetrics(application, plan)
+        request_metrics = RayRequestMetrics(application)
         orchestrator = Orchestrator(
             config.mode,
             decode=ServePoolClient(decode, grpc),
@@ -73,6 +74,7 @@ class Ingress:
             max_prefill_backlog=config.router.max_prefill_backlog,
             migration=config.migration,
             on_transfer=metrics.record,
+            on_token_gap=request_metrics.token_gap,
             prefill_serving=lambda: serving_now(prefill, self._readiness.serving("prefill")),
             # Filled by the decode router (deployments.request_routers) in this process.
             decode_affinity=(
@@ -83,7 +85,6 @@ class Ingress:
         )
         # What the SLO policy's model check reads (record_autoscaling_stats).
         self._demand = DemandMeter()
-        request_metrics = RayRequestMetrics(application)
 
         def completed(timings: RequestTimings) -> None:
             request_metrics.record(timings)

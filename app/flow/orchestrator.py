@@ -58,6 +58,7 @@ class Orchestrator:
         migration: MigrationConfig | None = None,
         prefill_serving: Callable[[], bool] | None = None,
         decode_affinity: DecodeAffinity | None = None,
+        on_token_gap: Callable[[float, bool], None] | None = None,
     ) -> None:
         if mode is Mode.DISAGGREGATED and prefill is None:
             raise ValueError("disaggregated mode needs a prefill pool")
@@ -79,6 +80,10 @@ class Orchestrator:
         # Which decode replica caches which conversation (the decode router's memory):
         # the decision counts the prompt tokens that replica lacks.
         self.decode_affinity = decode_affinity
+        # Each gap between two chunks of tokens as it is streamed (seconds, whether a
+        # remote prefill served the request): ITL is recorded as the stream goes, not in
+        # a burst of histogram calls when it ends.
+        self.on_token_gap = on_token_gap
         self._releases: set[asyncio.Task[None]] = set()
 
     async def run(
@@ -119,6 +124,8 @@ class Orchestrator:
                     timings.first_token_s = now
                 elif chunk.token_ids:
                     timings.token_gaps_s.append(now - last)
+                    if self.on_token_gap is not None:
+                        self.on_token_gap(now - last, timings.disaggregated)
                 last = now
                 answer += chunk.token_ids
                 yield chunk

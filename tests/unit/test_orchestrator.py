@@ -298,3 +298,22 @@ def test_the_kv_lease_margin_covers_vllms_first_heartbeat():
         heartbeat = lease // 6
         assert lease - left >= heartbeat + 1.0, (lease, left)
         assert left > 0
+
+
+async def test_each_token_gap_is_reported_as_it_is_streamed():
+    gaps: list[tuple[float, bool]] = []
+    orchestrator = Orchestrator(
+        Mode.DISAGGREGATED,
+        FakeDecode(),
+        FakePrefill(),
+        plan=CHAIN,
+        on_token_gap=lambda seconds, remote: gaps.append((seconds, remote)),
+    )
+    timings = RequestTimings()
+    stream = orchestrator.run(one_request(), timings)
+    assert (await anext(stream)).text == "a"
+    assert gaps == []  # one chunk: no gap yet
+    assert (await anext(stream)).text == "b"
+    assert len(gaps) == 1 and gaps[0][1] is True  # before the stream ends, remote path
+    assert [c async for c in stream] == []
+    assert [g for g, _ in gaps] == timings.token_gaps_s
