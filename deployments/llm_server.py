@@ -149,6 +149,9 @@ class LLMServer:
             "kv_cache_usage": tally.kv_usage,
             "running": float(tally.running),
             "waiting": float(tally.waiting + tally.deferred),
+            # Prefixes are cached in whole blocks of this size (the decode router rounds
+            # what a replica holds down to them).
+            "cache_block_tokens": float(self.server.cache_block_tokens),
         }
 
     def record_autoscaling_stats(self) -> dict[str, float]:

@@ -77,7 +77,7 @@ class PrefixAffinityRouter(_RankingRouter):
         ranks = self.policy.rank(
             list(by_id),
             self._queue_lens(candidate_replicas),
-            self.policy.hashes(request.prompt_token_ids),
+            self.policy.hashes(request.prompt_token_ids, request.request_id),
         )
         return [[by_id[r] for r in rank] for rank in ranks]
 
@@ -86,7 +86,8 @@ class PrefixAffinityRouter(_RankingRouter):
     ) -> None:
         request = _generate_request(pending_request)
         if request is not None:
-            self.policy.record(replica_id.unique_id, self.policy.hashes(request.prompt_token_ids))
+            hashes = self.policy.hashes(request.prompt_token_ids, request.request_id)
+            self.policy.record(replica_id.unique_id, hashes)
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)
@@ -120,10 +121,17 @@ class KVCapacityRouter(_RankingRouter):
             return [candidate_replicas]
         by_id = self._by_id(candidate_replicas)
         stats = {r.replica_id.unique_id: dict(r.routing_stats or {}) for r in candidate_replicas}
+        for replica, figures in stats.items():
+            if figures.get("cache_block_tokens"):
+                self.affinity.cache_block(replica, int(figures["cache_block_tokens"]))
         queue_lens = self._queue_lens(candidate_replicas)
         ranks = rank_by_capacity(list(by_id), stats, queue_lens)
         holder = self.affinity.preferred(
-            list(by_id), queue_lens, request.prompt_token_ids, request.session_id
+            list(by_id),
+            queue_lens,
+            request.prompt_token_ids,
+            request.session_id,
+            request.request_id,
         )
         if holder is not None:
             ranks = [[holder]] + [rank for rank in ranks if rank != [holder]]
@@ -139,6 +147,7 @@ class KVCapacityRouter(_RankingRouter):
                 replica_id.unique_id,
                 request.prompt_token_ids,
                 request.session_id,
+                request.request_id,
             )
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:

@@ -87,6 +87,13 @@ class EngineServer(EngineControl):
         # Each prefill replica's measured link into this (decode) engine, per transport.
         self.links: LinkMeter | None = None
 
+    @property
+    def cache_block_tokens(self) -> int:
+        """The engine's KV block, in tokens: its prefix cache holds whole blocks (0 when
+        the engine does not say)."""
+        cache = getattr(getattr(self.engine, "vllm_config", None), "cache_config", None)
+        return int(getattr(cache, "block_size", 0) or 0)
+
     @classmethod
     def start(
         cls, role: Role, config: AppConfig, model_path: str, application: str = ""

@@ -132,7 +132,10 @@ class Orchestrator:
             if self.decode_affinity is not None and self.mode is Mode.DISAGGREGATED:
                 # Its decode replica now caches the answer too: the next turn's prefix.
                 self.decode_affinity.ended(
-                    request.origin_id or request.request_id, request.prompt_token_ids + answer
+                    request.origin_id or request.request_id,
+                    request.prompt_token_ids,
+                    answer,
+                    request.request_id,
                 )
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
@@ -149,7 +152,7 @@ class Orchestrator:
         lacking, holder = None, None
         if self.decode_affinity is not None:
             lacking, holder = self.decode_affinity.lacking(
-                request.prompt_token_ids, request.session_id
+                request.prompt_token_ids, request.session_id, request.request_id
             )
         decision = decide(
             len(request.prompt_token_ids),

@@ -14,6 +14,11 @@ that replica, the session's, or else the one with the longest match, unless its 
 more than ``max_imbalance`` longer than the least loaded's; the orchestrator asks
 :meth:`DecodeAffinity.lacking` before deciding.
 
+The router counts in blocks of ``block_tokens``; a replica's prefix cache keeps whole
+blocks of its engine's own size (128 tokens on CPU), which the replica reports with its
+routing stats (:meth:`DecodeAffinity.cache_block`). What a replica holds is rounded down
+to whole cache blocks, so a ``decode_cached`` turn computes no more than was counted.
+
 One instance per process (:func:`shared`): the router runs in the ingress's process, next
 to the orchestrator that reads it. Memory is bounded: 65,536
 hashes per replica, 65,536 sessions, 4,096 requests in flight.
@@ -25,7 +30,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from app.routing.prefix_affinity import PrefixAffinity
+from app.routing.prefix_affinity import PrefixAffinity, block_hashes
 
 MAX_SESSIONS = 65536
 MAX_IN_FLIGHT = 4096
@@ -38,26 +43,36 @@ class DecodeAffinity:
         self.prefixes = PrefixAffinity(block_tokens, max_imbalance)
         self._sessions: OrderedDict[str, str] = OrderedDict()
         self._routed: OrderedDict[str, str] = OrderedDict()  # request id -> replica
+        self._cache_blocks: dict[str, int] = {}  # replica -> its engine's block, tokens
         self._lock = threading.Lock()  # Serve may run the router on its own loop thread
 
     @property
     def block_tokens(self) -> int:
         return self.prefixes.block_tokens
 
-    def lacking(self, prompt: Sequence[int], session: str | None = None) -> tuple[int, str | None]:
+    def cache_block(self, replica: str, tokens: int) -> None:
+        """``replica``'s engine caches prefixes in blocks of ``tokens``."""
+        self._cache_blocks[replica] = tokens
+
+    def lacking(
+        self, prompt: Sequence[int], session: str | None = None, key: str | None = None
+    ) -> tuple[int, str | None]:
         """The prompt tokens that the decode replica holding most of this prompt lacks, and
         that replica: the session's if it has one, else the longest match among the
-        replicas seen (None, and the whole prompt, when none holds a block of it)."""
-        hashes = self.prefixes.hashes(prompt)
-        best, matched = None, 0
+        replicas seen (None, and the whole prompt, when none holds a block of it).
+        ``key``: the request's id, under which its hashes are kept for the router."""
+        hashes = self.prefixes.hashes(prompt, key)
+        best, held = None, 0
         with self._lock:
             owner = self._sessions.get(session) if session else None
             candidates = [owner] if owner is not None else self.prefixes.replicas()
             for replica in candidates:
-                count = self.prefixes.matched_blocks(replica, hashes)
-                if count > matched:
-                    best, matched = replica, count
-        return len(prompt) - matched * self.block_tokens, best
+                tokens = self.prefixes.matched_blocks(replica, hashes) * self.block_tokens
+                cache_block = self._cache_blocks.get(replica, self.block_tokens)
+                tokens -= tokens % cache_block  # whole blocks of the engine's cache only
+                if tokens > held:
+                    best, held = replica, tokens
+        return len(prompt) - held, best
 
     def preferred(
         self,
@@ -65,6 +80,7 @@ class DecodeAffinity:
         queue_lens: dict[str, int],
         prompt: Sequence[int],
         session: str | None = None,
+        key: str | None = None,
     ) -> str | None:
         """The replica among ``replicas`` that holds the session or the longest prefix of
         ``prompt``, if its queue is within ``max_imbalance`` of the shortest; else None."""
@@ -73,7 +89,7 @@ class DecodeAffinity:
             owner = self._sessions.get(session) if session else None
             if owner in fair:
                 return owner
-            hashes = self.prefixes.hashes(prompt)
+            hashes = self.prefixes.hashes(prompt, key)
             best, matched = None, 0
             for replica in fair:
                 count = self.prefixes.matched_blocks(replica, hashes)
@@ -82,27 +98,44 @@ class DecodeAffinity:
         return best
 
     def routed(
-        self, request_id: str, replica: str, prompt: Sequence[int], session: str | None = None
+        self,
+        request_id: str,
+        replica: str,
+        prompt: Sequence[int],
+        session: str | None = None,
+        key: str | None = None,
     ) -> None:
         """``replica`` got the request: it will hold the prompt's blocks (and the session)."""
-        hashes = self.prefixes.hashes(prompt)
+        hashes = self.prefixes.hashes(prompt, key)
         with self._lock:
             self.prefixes.record(replica, hashes)
             _remember(self._routed, request_id, replica, MAX_IN_FLIGHT)
             if session:
                 _remember(self._sessions, session, replica, MAX_SESSIONS)
 
-    def ended(self, request_id: str, tokens: Sequence[int]) -> None:
-        """The request is over; its replica now caches ``tokens`` (prompt and answer)."""
+    def ended(
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        answer: Sequence[int],
+        key: str | None = None,
+    ) -> None:
+        """The request is over; its replica now caches its prompt and ``answer``."""
         with self._lock:
             replica = self._routed.pop(request_id, None)
-            if replica is not None:
-                self.prefixes.record(replica, self.prefixes.hashes(tokens))
+        if replica is None:
+            return
+        tokens = [*prompt, *answer]
+        hashes = block_hashes(tokens, self.block_tokens, self.prefixes.hashes(prompt, key))
+        with self._lock:
+            self.prefixes.record(replica, hashes)
 
     def retain(self, live: set[str]) -> None:
         """Forget replicas that are gone (dead, scaled down, redeployed)."""
         with self._lock:
             self.prefixes.retain(live)
+            for replica in [r for r in self._cache_blocks if r not in live]:
+                del self._cache_blocks[replica]
             for session in [s for s, r in self._sessions.items() if r not in live]:
                 del self._sessions[session]
 

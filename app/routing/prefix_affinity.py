@@ -8,6 +8,11 @@ out) and prefers the replica with the longest match, unless its queue is more th
 ``max_imbalance`` requests longer than the least loaded replica's: then load wins, so one
 hot prefix cannot overload a replica. A prompt nobody has seen goes to the shortest queue,
 and among equals to the replica that holds the fewest prefixes.
+
+A request's hashes are worked out once: :meth:`PrefixAffinity.hashes` keeps the last
+requests' by request id (the ranking, the record after routing and, for decode, the
+remote-or-local decision and the answer's extension all ask for them), and
+:func:`block_hashes` extends a known chain instead of hashing its blocks again.
 """
 
 from __future__ import annotations
@@ -16,14 +21,20 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 
-def block_hashes(token_ids: Sequence[int], block_tokens: int) -> list[int]:
-    """Chained hashes of the prompt's full blocks."""
-    hashes: list[int] = []
-    previous = 0
-    for start in range(0, len(token_ids) - block_tokens + 1, block_tokens):
+def block_hashes(
+    token_ids: Sequence[int], block_tokens: int, known: Sequence[int] = ()
+) -> list[int]:
+    """Chained hashes of the full blocks of ``token_ids``; ``known``: the hashes of its
+    first blocks, already worked out (of a prefix of ``token_ids``), which are kept."""
+    hashes = list(known)
+    previous = hashes[-1] if hashes else 0
+    for start in range(len(hashes) * block_tokens, len(token_ids) - block_tokens + 1, block_tokens):
         previous = hash((previous, tuple(token_ids[start : start + block_tokens])))
         hashes.append(previous)
     return hashes
+
+
+MEMO_SIZE = 1024  # requests whose hashes are kept (about the ones in flight)
 
 
 class PrefixAffinity:
@@ -38,9 +49,20 @@ class PrefixAffinity:
         self.max_imbalance = max_imbalance
         self.max_blocks = max_blocks_per_replica
         self._seen: dict[str, OrderedDict[int, None]] = {}
+        self._memo: OrderedDict[tuple[str, int], list[int]] = OrderedDict()
 
-    def hashes(self, token_ids: Sequence[int]) -> list[int]:
-        return block_hashes(token_ids, self.block_tokens)
+    def hashes(self, token_ids: Sequence[int], key: str | None = None) -> list[int]:
+        """The chained block hashes of ``token_ids``. ``key`` (a request id: the same
+        key must always come with the same tokens) keeps them for the next ask."""
+        if key is None:
+            return block_hashes(token_ids, self.block_tokens)
+        memo = (key, len(token_ids))
+        found = self._memo.get(memo)
+        if found is None:
+            found = self._memo[memo] = block_hashes(token_ids, self.block_tokens)
+            if len(self._memo) > MEMO_SIZE:
+                self._memo.popitem(last=False)
+        return found
 
     def matched_blocks(self, replica: str, hashes: Sequence[int]) -> int:
         seen = self._seen.get(replica)

@@ -3,6 +3,8 @@ remote-or-local decision that counts what that replica lacks."""
 
 from __future__ import annotations
 
+import itertools
+
 from app.config import Mode
 from app.flow.disaggregation import decide
 from app.flow.orchestrator import Orchestrator
@@ -12,6 +14,7 @@ from app.routing.decode_affinity import DecodeAffinity
 from tests.unit.orchestrator_fakes import CHAIN, FakeDecode, FakePrefill
 
 BLOCK = 4
+_IDS = itertools.count()  # request ids are unique, as the ingress makes them
 
 
 def _turns() -> tuple[list[int], list[int], list[int]]:
@@ -28,7 +31,7 @@ def test_next_turn_lacks_only_its_new_part_on_the_replica_that_served_the_first(
     affinity.routed("turn1", "d1", first)
     # Before turn 1 ends, only its prompt is known to be there.
     assert affinity.lacking(second) == (len(second) - 20, "d1")
-    affinity.ended("turn1", first + answer)
+    affinity.ended("turn1", first, answer)
     # 26 tokens cached are 6 full blocks: 24; the new part and the partial block remain.
     assert affinity.lacking(second) == (len(second) - 24, "d1")
 
@@ -78,7 +81,7 @@ def test_decode_cached_is_local_only_when_the_missing_part_is_short():
 
 async def _run(orchestrator: Orchestrator, prompt: list[int], session: str | None = None):
     request = GenerateRequest(
-        f"r{len(prompt)}", prompt, sampling_params=None, session_id=session, origin_id=""
+        f"r{next(_IDS)}", prompt, sampling_params=None, session_id=session, origin_id=""
     )
     timings = RequestTimings()
     chunks = [c async for c in orchestrator.run(request, timings)]
@@ -128,3 +131,44 @@ async def test_the_next_turn_goes_to_the_replica_holding_it_without_a_remote_pre
     # A different conversation of the same length is prefilled remotely as before.
     _, timings = await _run(orchestrator, list(range(300, 325)))
     assert timings.transfer.decision_reason == "long_prompt"
+
+
+def test_what_a_replica_holds_counts_in_whole_blocks_of_its_engine_cache():
+    affinity = DecodeAffinity(block_tokens=BLOCK)
+    first, answer, second = _turns()
+    affinity.routed("turn1", "d1", first)
+    affinity.ended("turn1", first, answer)
+    assert affinity.lacking(second) == (len(second) - 24, "d1")  # 6 router blocks
+    # The engine caches blocks of 8 tokens: 24 held tokens are 3 whole blocks of it.
+    affinity.cache_block("d1", 8)
+    assert affinity.lacking(second) == (len(second) - 24, "d1")
+    affinity.cache_block("d1", 16)  # one whole block of 16: 16 tokens held, not 24
+    assert affinity.lacking(second) == (len(second) - 16, "d1")
+    affinity.cache_block("d1", 32)  # none whole
+    assert affinity.lacking(second) == (len(second), None)
+
+
+def test_a_request_s_hashes_are_worked_out_once(monkeypatch):
+    import app.routing.prefix_affinity as prefix_affinity
+
+    calls = []
+    real = prefix_affinity.block_hashes
+
+    def counted(tokens, block_tokens, known=()):
+        calls.append((len(tokens), len(known)))
+        return real(tokens, block_tokens, known)
+
+    monkeypatch.setattr(prefix_affinity, "block_hashes", counted)
+    affinity = DecodeAffinity(block_tokens=BLOCK)
+    first, answer, _ = _turns()
+    affinity.lacking(first, key="r")  # the decision
+    affinity.preferred(["d1"], {}, first, key="r")  # the router's choice
+    affinity.routed("r", "d1", first, key="r")  # its record
+    assert calls == [(20, 0)]
+    # The end extends the prompt's chain with the answer's blocks only.
+    import app.routing.decode_affinity as decode_affinity
+
+    monkeypatch.setattr(decode_affinity, "block_hashes", counted)
+    affinity.ended("r", first, answer, key="r")
+    assert calls == [(20, 0), (26, 5)]
+    assert affinity.prefixes.matched_blocks("d1", real(first + answer, BLOCK)) == 6
