@@ -73,10 +73,12 @@ class TransportConfig(Strict):
         "prefill engine steps, and can stall for good once it idles.",
     )
     nixl_progress_poll_ms: int = Field(
-        5,
+        50,
         ge=0,
         le=1000,
         description="Longest pause of NIXL's progress thread between polls; it wakes at "
-        "once when UCX has network events. 0 keeps NIXL's own setting, polling without "
-        "pause, which keeps one core busy per engine even when idle.",
+        "once when UCX has network events, so a longer pause costs a transfer nothing "
+        "(a 4 MiB READ over TCP from an idle side: 20 ms at 5, 18 ms at 50) and an idle "
+        "engine less CPU. 0 keeps NIXL's own setting, polling without pause, which keeps "
+        "one core busy per engine even when idle.",
     )

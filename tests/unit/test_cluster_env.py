@@ -7,6 +7,7 @@ from pathlib import Path
 from app.net import free_port_range
 from deployments.cluster_env import (
     DIRECT_PORT_COUNT,
+    PATH_ENV,
     SERVE_CLUSTER_ENV,
     harness_ports,
     missing_cluster_env,
@@ -27,13 +28,14 @@ def test_harness_sets_what_is_missing_keeps_what_is_set_and_restores(monkeypatch
     for key in SERVE_CLUSTER_ENV:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("RAY_SERVE_PROXY_USE_GRPC", "0")  # the user turned it off
-    missing = [key for key in SERVE_CLUSTER_ENV if key != "RAY_SERVE_PROXY_USE_GRPC"]
-    assert missing_cluster_env() == [f"{key}={SERVE_CLUSTER_ENV[key]}" for key in missing]
+    missing = [key for key in PATH_ENV if key != "RAY_SERVE_PROXY_USE_GRPC"]
+    assert missing_cluster_env() == [f"{key}={PATH_ENV[key]}" for key in missing]
     with serve_cluster_env() as direct_port:
         assert direct_port == 8100
         assert os.environ["RAY_SERVE_PROXY_USE_GRPC"] == "0"
         assert os.environ["RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP"] == "0"
         assert missing_cluster_env() == []
+        assert os.environ["RAY_SERVE_CONTROL_LOOP_INTERVAL_S"] == "0.5"
     assert "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP" not in os.environ
     assert os.environ["RAY_SERVE_PROXY_USE_GRPC"] == "0"
 

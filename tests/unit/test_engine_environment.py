@@ -20,7 +20,7 @@ def test_disaggregated_roles_get_side_channel_and_a_pausing_progress_thread():
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "127.0.0.1"
     assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5555"
     assert env[nixl_progress.ENV] == "1"
-    assert env[nixl_progress.POLL_ENV] == "5000"
+    assert env[nixl_progress.POLL_ENV] == "50000"
     assert "UCX_TLS" not in env
 
 
