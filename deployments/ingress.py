@@ -10,7 +10,7 @@ from ray import serve
 
 from app.api.engine_client import PoolEngineClient
 from app.api.http_api import OpenAIServer
-from app.api.openai_frontend import build_frontend
+from app.api.openai_serving import build_frontend
 from app.api.readiness import Readiness
 from app.config import AppConfig, Mode
 from app.engine.cpu_affinity import pin_process

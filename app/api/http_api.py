@@ -1,6 +1,6 @@
 """The OpenAI HTTP API as a Starlette app: routes onto vLLM's own serving classes.
 
-vLLM's layer (:mod:`app.api.openai_frontend`) validates, renders and answers each request;
+vLLM's layer (:mod:`app.api.openai_serving`) validates, renders and answers each request;
 this module adds what splitserve promises on top: the API key, body limits and clear
 errors for malformed bodies, refusal of any client field that steers KV transfer, and
 the ``splitserve`` field (server-side timings and how the KV moved) when usage is sent.
@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from app.api.admission import Admission, Overloaded, Reason, Ticket
 from app.api.errors import APIError, bad_request
-from app.api.openai_frontend import Frontend
+from app.api.openai_serving import Frontend
 from app.api.readiness import Readiness
 from app.api.request_report import splitserve_field
 from app.api.request_scope import REQUEST_SCOPE, RequestScope

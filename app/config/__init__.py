@@ -15,7 +15,7 @@ from app.config.deployment import (
     PoolConfig,
     RayActorOptions,
 )
-from app.config.frontend import OpenAIConfig
+from app.config.openai import OpenAIConfig
 from app.config.model import ModelConfig
 from app.config.planner_model import PlannerModelConfig
 from app.config.routing import MigrationConfig, RequestPathConfig, RouterConfig

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from app.api.engine_client import PoolEngineClient
 from app.api.http_api import OpenAIServer
-from app.api.openai_frontend import build_frontend
+from app.api.openai_serving import build_frontend
 from app.config import AppConfig, IngressConfig, Mode
 from app.engine.model_source import resolve_model
 from app.engine.setup import frontend_config
