@@ -10,12 +10,12 @@ from ray import serve
 
 from app.api.engine_client import PoolEngineClient
 from app.api.http_api import OpenAIServer
-from app.api.openai_serving import build_frontend
+from app.api.openai_serving import build_serving
 from app.api.readiness import Readiness
 from app.config import AppConfig, Mode
 from app.engine.cpu_affinity import pin_process
 from app.engine.model_source import resolve_model
-from app.engine.setup import frontend_config
+from app.engine.setup import ingress_vllm_config
 from app.flow.orchestrator import Orchestrator
 from app.flow.request_timings import RequestTimings
 from app.kv.fallback import nixl_installed, transfer_plan
@@ -93,13 +93,13 @@ class Ingress:
             )
 
         engine_client = PoolEngineClient(
-            frontend_config(config, model_path),
+            ingress_vllm_config(config, model_path),
             orchestrator,
             config.ingress.request_timeout_s,
             on_complete=completed,
             on_unfinished=request_metrics.unfinished,
         )
-        frontend = build_frontend(engine_client, config, model_path)
+        serving = build_serving(engine_client, config, model_path)
         missing = missing_cluster_env()
         if missing:
             logger.warning(
@@ -110,7 +110,7 @@ class Ingress:
             )
         api_key = os.environ.get("SPLITSERVE_API_KEY") or config.ingress.api_key
         self._server = OpenAIServer(
-            frontend,
+            serving,
             config.ingress,
             api_key,
             metrics_page=RayMetricsExport(application).page,

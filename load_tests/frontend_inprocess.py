@@ -21,10 +21,10 @@ import httpx
 
 from app.api.engine_client import PoolEngineClient
 from app.api.http_api import OpenAIServer
-from app.api.openai_serving import build_frontend
+from app.api.openai_serving import build_serving
 from app.config import AppConfig, IngressConfig, Mode
 from app.engine.model_source import resolve_model
-from app.engine.setup import frontend_config
+from app.engine.setup import ingress_vllm_config
 from app.flow.orchestrator import Orchestrator
 from app.flow.pool_client import PoolClient
 from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
@@ -54,8 +54,8 @@ async def measure(chunks: int, requests: int) -> float:
     path = resolve_model(config.model.source)
     pool = _Pool(chunks)
     orchestrator = Orchestrator(Mode.DISAGGREGATED, pool, pool, local_prefill_below_tokens=0)
-    client = PoolEngineClient(frontend_config(config, path), orchestrator, 300)
-    app = OpenAIServer(build_frontend(client, config, path), IngressConfig(), None).asgi_app()
+    client = PoolEngineClient(ingress_vllm_config(config, path), orchestrator, 300)
+    app = OpenAIServer(build_serving(client, config, path), IngressConfig(), None).asgi_app()
     body: dict[str, Any] = {
         "model": "tiny-llama",
         "prompt": list(range(10, 138)),

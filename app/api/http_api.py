@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from app.api.admission import Admission, Overloaded, Reason, Ticket
 from app.api.errors import APIError, bad_request
-from app.api.openai_serving import Frontend
+from app.api.openai_serving import OpenAIServing
 from app.api.readiness import Readiness
 from app.api.request_report import splitserve_field
 from app.api.request_scope import REQUEST_SCOPE, RequestScope
@@ -63,7 +63,7 @@ class OpenAIServer:
 
     def __init__(
         self,
-        frontend: Frontend,
+        serving: OpenAIServing,
         config: IngressConfig,
         api_key: str | None,
         metrics_page: MetricsPage | None = None,
@@ -75,7 +75,7 @@ class OpenAIServer:
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest
         from vllm.entrypoints.serve.tokenize.protocol import DetokenizeRequest, TokenizeRequest
 
-        self.frontend = frontend
+        self.serving = serving
         self.config = config
         self.api_key = api_key
         self.metrics_page = metrics_page
@@ -170,25 +170,25 @@ class OpenAIServer:
         not_ready = self._not_ready()
         if not_ready is not None:
             return not_ready
-        listing = await self.frontend.models.show_available_models()
+        listing = await self.serving.models.show_available_models()
         return JSONResponse(listing.model_dump())
 
     async def completions(self, request: Request) -> Response:
         return await self._generate(
-            request, self._completion, self.frontend.completion.create_completion
+            request, self._completion, self.serving.completion.create_completion
         )
 
     async def chat_completions(self, request: Request) -> Response:
-        return await self._generate(request, self._chat, self.frontend.chat.create_chat_completion)
+        return await self._generate(request, self._chat, self.serving.chat.create_chat_completion)
 
     async def tokenize(self, request: Request) -> Response:
         return await self._answer(
-            request, self._tokenize, self.frontend.tokenization.create_tokenize
+            request, self._tokenize, self.serving.tokenization.create_tokenize
         )
 
     async def detokenize(self, request: Request) -> Response:
         return await self._answer(
-            request, self._detokenize, self.frontend.tokenization.create_detokenize
+            request, self._detokenize, self.serving.tokenization.create_detokenize
         )
 
     async def _answer(

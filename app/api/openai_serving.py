@@ -15,7 +15,7 @@ from app.config import AppConfig
 
 
 @dataclass(frozen=True)
-class Frontend:
+class OpenAIServing:
     """The serving objects behind each route."""
 
     models: Any  # OpenAIServingModels
@@ -25,7 +25,9 @@ class Frontend:
     engine_client: PoolEngineClient
 
 
-def build_frontend(engine_client: PoolEngineClient, config: AppConfig, model_path: str) -> Frontend:
+def build_serving(
+    engine_client: PoolEngineClient, config: AppConfig, model_path: str
+) -> OpenAIServing:
     from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
     from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
     from vllm.entrypoints.openai.models.protocol import BaseModelPath
@@ -81,4 +83,4 @@ def build_frontend(engine_client: PoolEngineClient, config: AppConfig, model_pat
         **usage_options,
     )
     tokenization = ServingTokenization(models, renderer, request_logger=None, **template_options)
-    return Frontend(models, completion, chat, tokenization, engine_client)
+    return OpenAIServing(models, completion, chat, tokenization, engine_client)

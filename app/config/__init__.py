@@ -15,8 +15,8 @@ from app.config.deployment import (
     PoolConfig,
     RayActorOptions,
 )
-from app.config.openai import OpenAIConfig
 from app.config.model import ModelConfig
+from app.config.openai import OpenAIConfig
 from app.config.planner_model import PlannerModelConfig
 from app.config.routing import MigrationConfig, RequestPathConfig, RouterConfig
 from app.config.serve_file import serve_file_args, serve_file_policy

@@ -6,8 +6,8 @@ from pydantic import Field
 
 from app.config.base import Mode, Strict
 from app.config.deployment import IngressConfig, PoolConfig
-from app.config.openai import OpenAIConfig
 from app.config.model import ModelConfig
+from app.config.openai import OpenAIConfig
 from app.config.routing import MigrationConfig, RequestPathConfig, RouterConfig
 from app.config.slo import SloConfig
 from app.config.transport import TransportConfig

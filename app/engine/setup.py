@@ -154,6 +154,6 @@ def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: 
     )
 
 
-def frontend_config(config: AppConfig, model_path: str) -> Any:
+def ingress_vllm_config(config: AppConfig, model_path: str) -> Any:
     """The ``VllmConfig`` vLLM's OpenAI layer reads in the ingress (which runs no engine)."""
     return engine_arguments(Role.COLOCATED, config, model_path, "ingress").create_engine_config()

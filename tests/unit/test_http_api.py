@@ -13,10 +13,10 @@ from starlette.testclient import TestClient
 
 from app.api.engine_client import PoolEngineClient
 from app.api.http_api import OpenAIServer
-from app.api.openai_serving import build_frontend
+from app.api.openai_serving import build_serving
 from app.config import AppConfig, IngressConfig, Mode
 from app.engine.model_source import resolve_model
-from app.engine.setup import frontend_config
+from app.engine.setup import ingress_vllm_config
 from app.flow.orchestrator import Orchestrator
 from app.flow.pool_client import PoolBusy, PoolClient
 from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
@@ -72,9 +72,9 @@ def engine_client():
     config = AppConfig()
     path = resolve_model(config.model.source)
     client = PoolEngineClient(
-        frontend_config(config, path), Orchestrator(Mode.COLOCATED, FakePool()), 10
+        ingress_vllm_config(config, path), Orchestrator(Mode.COLOCATED, FakePool()), 10
     )
-    client.frontend = build_frontend(client, config, path)  # type: ignore[attr-defined]
+    client.serving = build_serving(client, config, path)  # type: ignore[attr-defined]
     return client
 
 
@@ -93,7 +93,7 @@ def _client(
     )
     engine_client.request_timeout_s = timeout_s
     engine_client.on_complete = None
-    server = OpenAIServer(engine_client.frontend, IngressConfig(**ingress), api_key, metrics_page)
+    server = OpenAIServer(engine_client.serving, IngressConfig(**ingress), api_key, metrics_page)
     return TestClient(server.asgi_app())
 
 
@@ -440,7 +440,7 @@ def test_health_and_the_api_answer_503_until_every_pool_serves(engine_client):
 
     readiness = Readiness(("prefill", "decode"), "decode", probe)
     client = _client(engine_client)
-    server = OpenAIServer(engine_client.frontend, IngressConfig(), None, readiness=readiness)
+    server = OpenAIServer(engine_client.serving, IngressConfig(), None, readiness=readiness)
     client = TestClient(server.asgi_app())
     aio.run(readiness.probe_once())
     health = client.get("/health")
