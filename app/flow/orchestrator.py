@@ -8,7 +8,8 @@ decode replica reports that it could not use the KV, the next transport is tried
 last is always a local recompute on the decode replica. In colocated mode the decode
 pool serves the whole request. Pools are reached through
 :class:`~app.flow.pool_client.PoolClient`, so this logic runs the same against Ray Serve
-handles and against test fakes.
+handles and against test fakes. One prefill call is :mod:`app.flow.prefill_call`; one
+decode attempt's first chunk, :mod:`app.flow.decode_call`.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from app.api.errors import describe_failure
 from app.config import MigrationConfig, Mode, TransportConfig
+from app.flow.decode_call import DecodeAttempt, first_chunk, note_kv
 from app.flow.disaggregation import decide
 from app.flow.migration import AnswerText, ReplicaLost, resumable
-from app.flow.pool_client import PoolBusy, PoolClient
+from app.flow.pool_client import PoolClient
+from app.flow.prefill_call import POOL_UNAVAILABLE, prefill_failure, prefill_once
 from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from app.flow.request_timings import RequestTimings
 from app.kv.failure import FailureKind, TransferFailure
@@ -195,10 +198,10 @@ class Orchestrator:
                 try:
                     result = await self._prefill(attempt, transport, timings)
                 except Exception as exc:  # any failure falls back to the next transport
-                    failure = _prefill_failure(exc)
+                    failure = prefill_failure(exc)
                     # A prefill pool that is busy or slow would be as busy or slow for the
                     # next transport; one that failed this transport may serve another.
-                    prefill_reachable = failure.kind not in _POOL_UNAVAILABLE
+                    prefill_reachable = failure.kind not in POOL_UNAVAILABLE
                     report.attempts.append(Attempt(transport, failure))
                     _log_fallback(request, transport, failure)
                     continue
@@ -216,10 +219,12 @@ class Orchestrator:
             # only then may prefill free the blocks at once. Otherwise (a timed-out read,
             # a client gone while decode reads) decode's abort tells prefill itself
             # (vLLM's connector), or the lease frees them.
-            over = _DecodeAttempt()
+            over = DecodeAttempt()
             try:
                 try:
-                    first = await self._first_chunk(stream, transport, timings, over)
+                    first = await first_chunk(
+                        stream, transport, self.timeouts.transfer_timeout_s, timings, over
+                    )
                 except Exception as exc:  # the decode pool failed: so does the request
                     failure = TransferFailure(FailureKind.DECODE_ERROR, describe_failure(exc))
                     report.attempts.append(Attempt(transport, failure))
@@ -238,11 +243,11 @@ class Orchestrator:
                 if first is None:
                     return
                 publish_s = report.transfer_s
-                _note_kv(first, timings, publish_s)
+                note_kv(first, timings, publish_s)
                 yield first
                 async for item in stream:
                     if isinstance(item, TokenChunk):
-                        _note_kv(item, timings, publish_s)
+                        note_kv(item, timings, publish_s)
                         yield item
                 return
             finally:
@@ -272,83 +277,16 @@ class Orchestrator:
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
 
-    async def _first_chunk(
-        self,
-        stream: AsyncIterator[Started | TokenChunk],
-        transport: Transport,
-        timings: RequestTimings,
-        attempt: _DecodeAttempt,
-    ) -> TokenChunk | None:
-        """The decode stream's first chunk of tokens (None: the stream ended empty).
-
-        The wait for the decode replica has no limit here (the request's deadline bounds
-        it); the transfer's does, from when the replica started the request: a transfer
-        that hangs fails the attempt.
-        """
-        queued = time.perf_counter()
-        item = await anext(aiter(stream), None)
-        if isinstance(item, Started):
-            attempt.started = True
-            timings.decode_queue_s += time.perf_counter() - queued
-            timings.decode_engine = item.engine_id
-            started = time.perf_counter()
-            limit = None if transport is Transport.RECOMPUTE else self.timeouts.transfer_timeout_s
-            try:
-                async with asyncio.timeout(limit):
-                    item = await anext(aiter(stream), None)
-            except TimeoutError:
-                return TokenChunk(
-                    "",
-                    [],
-                    transfer_failed=TransferFailure(
-                        FailureKind.TRANSFER_TIMEOUT,
-                        f"no first token {limit:g} s after the decode replica started",
-                    ),
-                )
-            timings.decode_first_token_s = time.perf_counter() - started
-        assert item is None or isinstance(item, TokenChunk)
-        return item
-
     async def _prefill(
         self, request: GenerateRequest, transport: Transport, timings: RequestTimings
     ) -> PrefillResult:
-        """One prefill: the wait for a replica and its run each within their timeout."""
+        """One prefill (:func:`app.flow.prefill_call.prefill_once`), counted in flight."""
         assert self.prefill is not None
-        queued = time.perf_counter()
-        stream = None
         self.prefills_in_flight += 1
         try:
-            # (Inside the try: a call that raises at once must not leave the count up.)
-            stream = self.prefill.prefill(request, transport)
-            try:
-                async with asyncio.timeout(self.timeouts.prefill_queue_timeout_s):
-                    started = await anext(aiter(stream))
-            except TimeoutError as exc:
-                raise _Timeout(
-                    FailureKind.PREFILL_QUEUE_TIMEOUT, self.timeouts.prefill_queue_timeout_s
-                ) from exc
-            assert isinstance(started, Started)
-            timings.prefill_queue_s += time.perf_counter() - queued
-            running = time.perf_counter()
-            try:
-                async with asyncio.timeout(self.timeouts.prefill_timeout_s):
-                    result = await anext(aiter(stream))
-                    timings.prefill_s += time.perf_counter() - running
-                    # Let the call end on its own (stopping it early would cancel it).
-                    async for _ in stream:
-                        pass
-            except TimeoutError as exc:
-                raise _Timeout(
-                    FailureKind.PREFILL_TIMEOUT, self.timeouts.prefill_timeout_s
-                ) from exc
-            assert isinstance(result, PrefillResult)
-            timings.prefill_engine = started.engine_id
-            timings.prefill_cached_tokens = result.num_cached_tokens
-            return result
+            return await prefill_once(self.prefill, request, transport, self.timeouts, timings)
         finally:
             self.prefills_in_flight -= 1
-            if stream is not None:
-                await stream.aclose()  # type: ignore[attr-defined]
 
     def _release(self, result: PrefillResult) -> None:
         """Free a failed attempt's NIXL blocks on prefill now, without waiting for it."""
@@ -379,39 +317,8 @@ class Orchestrator:
             logger.exception("recording the transfer report failed")
 
 
-def _note_kv(chunk: TokenChunk, timings: RequestTimings, publish_s: float) -> None:
-    """Take the KV's size and fetch time from the chunk that reports them."""
-    if chunk.kv_fetch_s or chunk.kv_bytes:
-        timings.kv_fetch_s = chunk.kv_fetch_s or timings.kv_fetch_s
-        timings.transfer.kv_bytes = chunk.kv_bytes or timings.transfer.kv_bytes
-        timings.transfer.transfer_s = publish_s + timings.kv_fetch_s
-
-
 # Beyond vLLM's heartbeat interval: the hop into the decode engine, and clock skew.
 _LEASE_SLACK_S = 2.0
-
-_POOL_UNAVAILABLE = (
-    FailureKind.PREFILL_BUSY,
-    FailureKind.PREFILL_QUEUE_TIMEOUT,
-    FailureKind.PREFILL_TIMEOUT,
-)
-
-
-@dataclass
-class _DecodeAttempt:
-    """What is known of one decode attempt with transferred KV."""
-
-    started: bool = False  # the decode replica took the request (it may read)
-    used: bool = False  # decode served the request with the KV
-    ended: bool = False  # decode reported the attempt over: no read in flight
-
-
-class _Timeout(Exception):
-    """A prefill timeout, with its kind."""
-
-    def __init__(self, kind: FailureKind, seconds: float) -> None:
-        super().__init__(f"no answer within {seconds:g} s")
-        self.kind = kind
 
 
 def _log_fallback(request: GenerateRequest, transport: Transport, failure: TransferFailure) -> None:
@@ -420,11 +327,3 @@ def _log_fallback(request: GenerateRequest, transport: Transport, failure: Trans
     logger.warning(
         "request %s: KV over %s failed (%s); falling back", request.request_id, transport, failure
     )
-
-
-def _prefill_failure(exc: Exception) -> TransferFailure:
-    if isinstance(exc, _Timeout):
-        return TransferFailure(exc.kind, str(exc))
-    if isinstance(exc, PoolBusy):
-        return TransferFailure(FailureKind.PREFILL_BUSY, str(exc))
-    return TransferFailure(FailureKind.PREFILL_ERROR, describe_failure(exc))
