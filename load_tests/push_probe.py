@@ -31,7 +31,6 @@ import asyncio
 import json
 import os
 import random
-import statistics
 import time
 import uuid
 from pathlib import Path
@@ -43,6 +42,7 @@ from app.engine.setup import engine_arguments
 from app.flow.records import Role
 from app.net import free_listen_port
 from load_tests.run_conditions import machine
+from load_tests.stats import summarize
 
 CONNECTORS = {"push": "NixlPushConnector", "pull": "NixlConnector"}
 
@@ -253,8 +253,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True),
             f"ref-{number}",
         )
-        right += got["tokens"] == list(reference.outputs[0].token_ids)
-        if number:
+        if number:  # the warm-up is neither timed nor counted
+            right += got["tokens"] == list(reference.outputs[0].token_ids)
             results.append(got)
     prefill[0].shutdown()
     decode.shutdown()
@@ -265,8 +265,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "errors": errors[:5],
         "same_as_recompute": right,
         "ttft_ms": {
-            "p50": round(statistics.median(ttfts), 2) if ttfts else None,
-            "p95": round(ttfts[int(0.95 * (len(ttfts) - 1))], 2) if ttfts else None,
+            **{k: round(v, 2) for k, v in summarize(ttfts).items()},
             "all": [round(t, 2) for t in ttfts],
         },
     }
