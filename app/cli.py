@@ -4,6 +4,7 @@
     splitserve advise --prompt-tokens 4096 --output-tokens 256 --ttft-ms 400 --tpot-ms 30 \
         --model path/to/config.json --accelerators 32 --network-gbps 400 --network rdma
     splitserve advise --result load_tests/results/loadgen.json --accelerators 2 ...
+    splitserve advise --result load_tests/results/compare.json   # which layout won, and why
     splitserve profile --config serve_configs/default.yaml --out profile.json
     splitserve plan --profile profile.json --accelerators 2 --slo-ttft-ms 200 --slo-tpot-ms 20
 
@@ -57,17 +58,27 @@ def mix_lengths(mix: list[tuple[int, int, float]], count: int, seed: int) -> lis
     return [(prompt, output) for prompt, output, _ in chosen]
 
 
+def _read_json(path: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON ({exc})") from None
+
+
 def workload_from_result(path: str, args: argparse.Namespace) -> Workload:
     """A workload from a ``load_tests.loadgen`` result file (its first run)."""
-    data = json.loads(Path(path).read_text())
+    data = _read_json(path)
     try:
         run = data["runs"][0]
         ttft, e2e = run["ttft_ms"]["p50"], run["e2e_ms"]["p50"]
         prompt, output = run["prompt_tokens_mean"], run["output_tokens_mean"]
     except (KeyError, IndexError, TypeError) as exc:
         raise ValueError(
-            f"{path} is not a load_tests.loadgen result with runs[0].ttft_ms, e2e_ms, "
-            f"prompt_tokens_mean and output_tokens_mean (missing {exc})"
+            f"{path} is neither a load_tests.compare result (rows per system) nor a "
+            f"load_tests.loadgen result with runs[0].ttft_ms, e2e_ms, prompt_tokens_mean "
+            f"and output_tokens_mean (missing {exc})"
         ) from None
     hit = run.get("prefix_hit_rate")
     return Workload(
@@ -127,6 +138,13 @@ def cmd_kv(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_advise(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    if args.result:
+        from app.planning import measured
+
+        data = _read_json(args.result)
+        if measured.is_compare_result(data):
+            answer = measured.verdict(data)
+            return answer, measured.table(answer)
     workload = workload_from_result(args.result, args) if args.result else None
     workload = workload or workload_from_figures(args)
     advice = advise(workload)
@@ -212,7 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     adv = commands.add_parser("advise", help="the five checks: should you disaggregate?")
     _model_options(adv)
-    adv.add_argument("--result", help="a load_tests.loadgen result JSON (instead of figures)")
+    adv.add_argument(
+        "--result",
+        help="a measured result instead of figures: what `make bench-compare` writes "
+        "(load_tests.compare: which layout won at the SLO, and why) or a load_tests.loadgen "
+        "result (its workload, through the five checks)",
+    )
     adv.add_argument("--prompt-tokens", type=float)
     adv.add_argument("--output-tokens", type=float)
     adv.add_argument("--decode-share", type=float, help="share of request time decoding")

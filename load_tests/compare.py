@@ -264,6 +264,8 @@ def conditions(args: argparse.Namespace) -> dict[str, Any]:
     return {
         **{k: v for k, v in vars(args).items() if k not in ("out", "progress")},
         "max_model_len": MAX_MODEL_LEN,
+        # The share of requests that must meet the SLO (splitserve advise --result reads it).
+        "slo_attainment": slo_from_options(args)[1],
         **machine(),
         "splitserve_configs": {
             name: app_settings(f"serve_configs/{name}.yaml") for name in ("default", "colocated")

@@ -77,6 +77,58 @@ def test_advise_errors_name_what_is_missing(capsys, tmp_path):
     assert code == 2 and "runs[0]" in err
 
 
+def _compare_row(goodput, tried, mixed_p99, c16, over_ttft=0.0):
+    miss = {"requests": 40, "over_ttft": over_ttft, "over_tpot": 0.0, "ttft_p90_ms": 450.0,
+            "tpot_p90_ms": 6.0}  # fmt: skip
+    return {
+        "startup_s": 40.0, "idle_cpu_total_pct": 15.0, "pss_total_mib": 5000,
+        "c1": {"ttft_ms": {"p50": 30.0}, "tpot_ms": {"p50": 3.0}},
+        "c16": {"output_tok_per_s": c16},
+        "mixed": {"short_ttft_ms": {"p99": mixed_p99}, "short_tpot_ms": {"p50": 5.0},
+                  "short_itl_ms": {"p99": 40.0}},
+        "goodput_req_per_s": goodput,
+        "goodput_tried": tried,
+        "goodput_breakdown": [{"rate": rate, "failed": 0, "short": miss, "long": miss}
+                              for rate, _ in tried],
+    }  # fmt: skip
+
+
+def test_advise_reads_a_compare_run_and_says_which_layout_won_and_why(capsys, tmp_path):
+    rows = {
+        "splitserve disaggregated": _compare_row(6.0, [(4, 0.97), (8, 0.5), (6, 0.93)], 214, 1402,
+                                                 over_ttft=0.4),
+        "splitserve colocated": _compare_row(9.0, [(4, 1.0), (8, 0.95), (16, 0.2), (12, 0.6),
+                                                   (10, 0.8), (9, 0.91)], 141, 1578),
+    }  # fmt: skip
+    path = tmp_path / "compare.json"
+    conditions = {"slo_ttft_ms": 300, "slo_tpot_ms": 20, "slo_attainment": 0.9, "cpu": "EPYC"}
+    path.write_text(json.dumps({"conditions": conditions, "rows": rows}))
+    code, out, _ = run(capsys, "advise", "--result", str(path))
+    assert code == 0
+    assert out.startswith("winner: splitserve colocated (by goodput at the SLO")
+    code, out, _ = run(capsys, "advise", "--result", str(path), "--json")
+    answer = json.loads(out)
+    assert answer["winner"] == "splitserve colocated"
+    why = answer["reasons"][0]
+    # How far behind, and where it missed at the lowest rate it failed (8 req/s).
+    assert why.startswith("splitserve disaggregated: goodput 6 req/s, 0.67x the winner's")
+    assert "at 8 req/s: 40% of short requests over the TTFT target (p90 450 ms)" in why
+    assert "TTFT p99 214 vs 141 ms" in why
+    assert answer["reasons"][1].startswith("splitserve colocated itself: at 10 req/s")
+
+
+def test_advise_ranks_a_compare_run_without_goodput_by_its_tail(capsys, tmp_path):
+    rows = {"a": _compare_row(None, [], 300, 1000), "b": _compare_row(None, [], 150, 900)}
+    path = tmp_path / "compare.json"
+    path.write_text(json.dumps({"conditions": {}, "rows": rows}))
+    code, out, _ = run(capsys, "advise", "--result", str(path), "--json")
+    answer = json.loads(out)
+    assert code == 0 and answer["winner"] == "b" and "no goodput" in answer["ranked_by"]
+    missing = tmp_path / "missing.json"
+    code, _, err = run(capsys, "advise", "--result", str(missing))
+    assert code == 2 and "no such file" in err
+
+
 def test_plan_ranks_topologies(capsys, tmp_path):
     # Prefill nearly free (1 us per token): no interference to remove, so a prefill pool
     # only takes an accelerator away from decoding, and colocated must win clearly.
