@@ -42,25 +42,17 @@ measured rules above still grow a pool it under-sizes. Every decision carries it
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from app.scaling.slo_signals import DECODE, PREFILL, Decision, PolicyParams, PoolSignals
+from app.scaling.pool_rules import PoolMemory, PoolRules
+from app.scaling.slo_signals import DECODE, PREFILL, Decision, PoolSignals
 from app.scaling.split_model import Split
 
 
 @dataclass
-class PoolMemory:
-    """What the policy remembers about a pool between ticks."""
-
-    last_change_s: float = -math.inf
-    last_growth_s: float = -math.inf
-    shrink_ok_since_s: float | None = None
-
-
-@dataclass
-class SloPolicy:
-    params: PolicyParams
-    memory: dict[str, PoolMemory] = field(default_factory=dict)
+class SloPolicy(PoolRules):
+    """Each pool's rules (:class:`PoolRules`), then the arbitration between the pools:
+    the model's floor, the pools' ratio, and the cluster's cap."""
 
     def decide(
         self,
@@ -72,9 +64,9 @@ class SloPolicy:
         """The replica count for each pool present (``prefill`` is None in colocated
         mode: the one pool then answers for TTFT as well). ``split``: what the model
         says the arriving load needs (disaggregated only; None: no model)."""
-        decisions = {DECODE: self._decode(decode, now_s, colocated=prefill is None)}
+        decisions = {DECODE: self.decode_decision(decode, now_s, colocated=prefill is None)}
         if prefill is not None:
-            decisions[PREFILL] = self._prefill(prefill, decode, now_s)
+            decisions[PREFILL] = self.prefill_decision(prefill, decode, now_s)
             if split is not None:
                 decisions = self._follow_model(decisions, prefill, decode, split, now_s)
             decisions = self._keep_ratio(decisions, prefill, decode)
@@ -89,155 +81,7 @@ class SloPolicy:
                 memory.last_growth_s = now_s
         return decisions
 
-    # --- prefill ---
-
-    def ttft_budget_s(self, decode: PoolSignals) -> float:
-        """The TTFT target less decode's share of it, which counts for at most
-        ``decode_ttft_share`` of the target (beyond that, decode is what must grow)."""
-        spent = min(decode.ttft_s or 0.0, self.params.decode_ttft_share * self.params.ttft_s)
-        return self.params.ttft_s - spent
-
-    @staticmethod
-    def prefill_demand(pool: PoolSignals) -> float:
-        """Engine-seconds per second the arriving prompts need: the busy share, scaled up
-        by arriving over prefilled prompt tokens while prompts arrive faster."""
-        if pool.arrived_tokens_per_s > pool.prefilled_tokens_per_s > 0:
-            return pool.busy * pool.arrived_tokens_per_s / pool.prefilled_tokens_per_s
-        return pool.busy
-
-    def prefill_needed(self, pool: PoolSignals, budget_s: float) -> int:
-        """Replicas for the pool's load to meet ``budget_s`` (queueing model). When one
-        prefill alone takes about the budget, more replicas cannot make it faster: then
-        only enough to keep up at half of ``max_utilization``."""
-        demand = self.prefill_demand(pool)
-        if pool.requests_per_s <= 0 or demand <= 0:
-            return 0
-        utilization = min(self.params.max_utilization, 1 - self._service(pool) / budget_s)
-        return math.ceil(demand / max(utilization, self.params.max_utilization / 2))
-
-    def _prefill(self, pool: PoolSignals, decode: PoolSignals, now_s: float) -> Decision:
-        budget = self.ttft_budget_s(decode)
-        needed = self.prefill_needed(pool, budget)
-        reasons = []
-        if needed > pool.replicas:
-            demand = self.prefill_demand(pool)
-            reasons.append(
-                f"load needs {needed} for a TTFT budget of {budget * 1e3:.0f} ms "
-                f"({demand:.2f} engine-s/s)"
-            )
-        # Over budget through queueing (not because one prefill takes that long).
-        if pool.ttft_s is not None and pool.ttft_s > budget > self._service(pool):
-            over = pool.ttft_s / budget
-            needed = max(needed, _proportional(pool.taking_traffic, over))
-            reasons.append(
-                f"prefill TTFT {pool.ttft_s * 1e3:.0f} ms over budget {budget * 1e3:.0f} ms"
-            )
-        if reasons:
-            return self._grow(PREFILL, pool, needed, "; ".join(reasons), now_s)
-        smaller = pool.replicas - 1
-        demand = self.prefill_demand(pool)
-        fits = smaller >= 1 and (
-            demand == 0
-            or demand / smaller
-            <= self.params.headroom
-            * min(self.params.max_utilization, 1 - self._service(pool) / budget)
-        )
-        calm = pool.ttft_s is None or pool.ttft_s <= self.params.headroom * budget
-        return self._shrink_or_hold(
-            PREFILL, pool, fits and calm, f"{smaller} would meet the TTFT budget", now_s
-        )
-
-    @staticmethod
-    def _service(pool: PoolSignals) -> float:
-        return pool.busy / pool.requests_per_s if pool.requests_per_s > 0 else 0.0
-
-    # --- decode ---
-
-    def _decode(self, pool: PoolSignals, now_s: float, colocated: bool) -> Decision:
-        target = self.params.tpot_s
-        # The figures were measured on the replicas taking traffic: each rule scales
-        # those, and the replicas still starting count as capacity on its way.
-        serving = pool.taking_traffic
-        needed = pool.replicas
-        reasons = []
-        if pool.tpot_s is not None and pool.tpot_s > target:
-            needed = _proportional(serving, pool.tpot_s / target)
-            reasons.append(f"TPOT {pool.tpot_s * 1e3:.1f} ms over {target * 1e3:.1f} ms")
-        if pool.kv_usage > self.params.kv_target:
-            needed = max(needed, serving + 1)
-            reasons.append(f"KV usage {pool.kv_usage:.0%} over {self.params.kv_target:.0%}")
-        if pool.waiting >= max(1, serving):
-            # The batch the pool holds now, grown to take the queue too.
-            demand = (pool.running + pool.waiting) / max(pool.running, 1.0)
-            needed = max(needed, _proportional(serving, demand))
-            reasons.append(f"{pool.waiting:.0f} requests waiting for a batch slot")
-        ttft_share = self.params.ttft_s * (1 if colocated else self.params.decode_ttft_share)
-        # Decode's TTFT counts against decode only while decode is busy: an idle decode
-        # engine's first token waits on the KV's arrival, which more decode cannot hasten.
-        busy = pool.busy >= self.params.decode_busy * max(serving, 1)
-        if pool.ttft_s is not None and pool.ttft_s > ttft_share and (busy or colocated):
-            needed = max(needed, _proportional(serving, pool.ttft_s / ttft_share))
-            what = "TTFT" if colocated else "decode's TTFT"
-            reasons.append(f"{what} {pool.ttft_s * 1e3:.0f} ms over {ttft_share * 1e3:.0f} ms")
-        if reasons:
-            return self._grow(DECODE, pool, needed, "; ".join(reasons), now_s)
-        smaller = pool.replicas - 1
-        scale = pool.replicas / smaller if smaller >= 1 else math.inf
-        headroom = self.params.headroom
-        fits = (
-            smaller >= 1
-            and pool.waiting == 0
-            and (pool.tpot_s is None or pool.tpot_s * scale <= headroom * target)
-            and pool.kv_usage * scale <= headroom * self.params.kv_target
-        )
-        if pool.ttft_s is not None:
-            fits = fits and pool.ttft_s * scale <= headroom * ttft_share
-        return self._shrink_or_hold(
-            DECODE, pool, fits, f"{smaller} would meet the TPOT target", now_s
-        )
-
-    # --- shared ---
-
-    def _grow(
-        self,
-        name: str,
-        pool: PoolSignals,
-        needed: int,
-        reason: str,
-        now_s: float,
-        at_most_double: bool = True,
-    ) -> Decision:
-        memory = self.memory.setdefault(name, PoolMemory())
-        memory.shrink_ok_since_s = None
-        if needed <= pool.replicas and pool.starting:
-            # The replicas on their way cover it: the signal lags them.
-            return Decision(pool.replicas, f"{pool.starting} starting: {reason}")
-        # At most double per decision: the signals lag, and new replicas take a while.
-        wanted = min(needed, pool.max_replicas)
-        if at_most_double:
-            wanted = min(wanted, 2 * max(pool.replicas, 1))
-        if wanted <= pool.replicas:
-            return Decision(pool.replicas, f"at max_replicas ({pool.max_replicas}): {reason}")
-        # Since the last growth: a pool that just shrank grows again at once.
-        if now_s - memory.last_growth_s < self.params.upscale_cooldown_s:
-            return Decision(pool.replicas, f"cooling down: {reason}")
-        return Decision(wanted, reason)
-
-    def _shrink_or_hold(
-        self, name: str, pool: PoolSignals, fits: bool, reason: str, now_s: float
-    ) -> Decision:
-        memory = self.memory.setdefault(name, PoolMemory())
-        if pool.replicas < pool.min_replicas:
-            return Decision(pool.min_replicas, f"below min_replicas ({pool.min_replicas})")
-        if not fits or pool.replicas <= pool.min_replicas:
-            memory.shrink_ok_since_s = None
-            return Decision(pool.replicas, "within targets")
-        if memory.shrink_ok_since_s is None:
-            memory.shrink_ok_since_s = now_s
-        delay = self.params.downscale_delay_s
-        if now_s - memory.shrink_ok_since_s >= delay and now_s - memory.last_change_s >= delay:
-            return Decision(pool.replicas - 1, f"{reason} for {delay:g} s")
-        return Decision(pool.replicas, f"{reason}; waiting out the downscale delay")
+    # --- between the pools ---
 
     def _follow_model(
         self,
@@ -265,7 +109,7 @@ class SloPolicy:
                 checked[name] = Decision(floor, f"held: {why} ({decision.reason})")
                 self.memory.setdefault(name, PoolMemory()).shrink_ok_since_s = None
             else:
-                checked[name] = self._grow(name, pool, floor, why, now_s, at_most_double=False)
+                checked[name] = self.grow(name, pool, floor, why, now_s, at_most_double=False)
         return checked
 
     def _keep_ratio(
@@ -300,10 +144,10 @@ class SloPolicy:
         cap = self.params.max_total_replicas
         if cap is None or decisions[PREFILL].replicas + decisions[DECODE].replicas <= cap:
             return decisions
-        over = {PREFILL: self._prefill_over(prefill, decode), DECODE: self._decode_over(decode)}
+        over = {PREFILL: self.prefill_over(prefill, decode), DECODE: self.decode_over(decode)}
         decode_first = over[DECODE] > 1 or over[PREFILL] <= 1
         first, second = (DECODE, PREFILL) if decode_first else (PREFILL, DECODE)
-        floors = {PREFILL: self._prefill_floor(prefill), DECODE: self._decode_floor(decode)}
+        floors = {PREFILL: self.prefill_floor(prefill), DECODE: self.decode_floor(decode)}
         if split is not None:
             modelled = {PREFILL: split.prefill, DECODE: split.decode}
             floors = {
@@ -345,36 +189,3 @@ class SloPolicy:
         if over < 1 / self.params.headroom:
             return f"{first} {over:.2f}x its target: a trade needs {1 / self.params.headroom:.2f}x"
         return None
-
-    def _prefill_floor(self, pool: PoolSignals) -> int:
-        """Prefill replicas that keep up with the arrivals, latency aside."""
-        demand = self.prefill_demand(pool)
-        keep_up = math.ceil(demand / self.params.max_utilization) if demand else 0
-        return min(pool.replicas, max(pool.min_replicas, keep_up))
-
-    def _decode_floor(self, pool: PoolSignals) -> int:
-        """Decode replicas that would still meet the TPOT target (proportional model)."""
-        if pool.tpot_s is None:
-            return min(pool.replicas, max(pool.min_replicas, 1 if pool.running else 0))
-        needed = math.ceil(pool.replicas * pool.tpot_s / self.params.tpot_s)
-        return min(pool.replicas, max(pool.min_replicas, needed))
-
-    def _decode_over(self, pool: PoolSignals) -> float:
-        """How far decode runs over its targets: its largest signal over its target (TPOT,
-        KV usage, its share of TTFT, and the batch it would hold with its queue)."""
-        share = self.params.decode_ttft_share * self.params.ttft_s
-        over = [pool.kv_usage / self.params.kv_target, (pool.ttft_s or 0.0) / share]
-        if pool.tpot_s is not None:
-            over.append(pool.tpot_s / self.params.tpot_s)
-        if pool.waiting >= max(1, pool.taking_traffic):
-            over.append((pool.running + pool.waiting) / max(pool.running, 1.0))
-        return max(over)
-
-    def _prefill_over(self, pool: PoolSignals, decode: PoolSignals) -> float:
-        """How far prefill's TTFT runs over its budget."""
-        return (pool.ttft_s or 0.0) / self.ttft_budget_s(decode)
-
-
-def _proportional(replicas: int, over: float) -> int:
-    """Replicas for a signal ``over`` times its target: scaled by it, at least one more."""
-    return max(replicas + 1, math.ceil(replicas * over))
