@@ -187,6 +187,7 @@ def cmd_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         target,
         frontend,
         args.cores,
+        tuple(args.local_prefill_below_tokens),
     )
     rows = [
         {
@@ -263,6 +264,16 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--overhead-ms", type=float, help="serving path per request (colocated)")
     pl.add_argument("--disaggregated-overhead-ms", type=float, help="extra per disagg. request")
     pl.add_argument("--link-gbps", type=float, default=0.0, help="KV link; 0: free")
+    pl.add_argument(
+        "--local-prefill-below-tokens",
+        type=int,
+        nargs="+",
+        default=[0],
+        metavar="TOKENS",
+        help="model each split with these thresholds: prompts shorter are prefilled on "
+        "decode, as router.local_prefill_below_tokens does (the default config: 512); "
+        "0: every prompt remote (default: 0)",
+    )
     pl.add_argument(
         "--frontend",
         help="the serving path's CPU costs (JSON from load_tests.frontend_fit): modelled as "

@@ -67,12 +67,24 @@ def candidates(
     link_gbps: float = 0.0,
     frontend: FrontEndCost | None = None,
     cores: int = 0,
+    local_prefill: tuple[int, ...] = (0,),
 ) -> list[Topology]:
-    """Every P:D split of ``accelerators`` engines, and all of them colocated (with the
-    front end's CPU on ``cores`` shared cores, when given)."""
+    """Every P:D split of ``accelerators`` engines, each with every ``local_prefill``
+    threshold (prompts shorter are prefilled on decode, as splitserve's
+    ``router.local_prefill_below_tokens``; 0: every prompt remote), and all of them
+    colocated (with the front end's CPU on ``cores`` shared cores, when given)."""
     splits = [
-        Topology(p, accelerators - p, kv_bytes_per_token, link_gbps, frontend=frontend, cores=cores)
+        Topology(
+            p,
+            accelerators - p,
+            kv_bytes_per_token,
+            link_gbps,
+            local_prefill_below_tokens=below,
+            frontend=frontend,
+            cores=cores,
+        )
         for p in range(1, accelerators)
+        for below in dict.fromkeys(local_prefill)
     ]
     return [*splits, Topology(0, accelerators, frontend=frontend, cores=cores)]
 
@@ -89,11 +101,14 @@ def plan(
     target: float = 0.9,
     frontend: FrontEndCost | None = None,
     cores: int = 0,
+    local_prefill: tuple[int, ...] = (0,),
 ) -> list[Plan]:
     """Candidates ranked by goodput per accelerator (the highest rate at which a
     ``target`` share of requests meets both targets), best first."""
     plans = [
         goodput(profile, topology, lengths, ttft_s, tpot_s, target, duration_s=duration_s)
-        for topology in candidates(accelerators, kv_bytes_per_token, link_gbps, frontend, cores)
+        for topology in candidates(
+            accelerators, kv_bytes_per_token, link_gbps, frontend, cores, local_prefill
+        )
     ]
     return sorted(plans, key=lambda p: -p.per_accelerator)

@@ -172,3 +172,23 @@ def test_mix_parsing():
     for bad in ("128:128", "128:128:0.5", "0:1:1", "a:b:c"):
         with pytest.raises(ValueError):
             parse_mix(bad)
+
+
+def test_plan_models_the_local_prefill_threshold(capsys, tmp_path):
+    # Each remote prefill costs 70 ms more than a local one (the hops), over a TTFT
+    # target of 60 ms: with every prompt remote no request meets it; with short prompts
+    # prefilled on decode (the default config's 512), the 95% of 128-token ones do.
+    profile = EngineProfile(prefill=[(0, 0.0), (2000, 0.02)], decode=[(1, 0.002), (64, 0.01)])
+    profile.disaggregated_overhead_s = 0.07
+    profile.save(tmp_path / "p.json")
+    code, out, err = run(
+        capsys, "plan", "--profile", str(tmp_path / "p.json"), "--accelerators", "2",
+        "--requests", "60", "--seconds", "5", "--slo-ttft-ms", "60", "--slo-tpot-ms", "50",
+        "--local-prefill-below-tokens", "0", "512", "--mix", "128:128:0.95,1536:8:0.05",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    plans = {p["topology"]: p for p in json.loads(out)["plans"]}
+    assert set(plans) == {"1P:1D", "1P:1D (< 512 local)", "colocated x2"}
+    assert plans["1P:1D"]["goodput_req_per_s"] == 0
+    assert plans["1P:1D (< 512 local)"]["goodput_req_per_s"] > 1
