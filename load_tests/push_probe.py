@@ -108,6 +108,19 @@ def start(
     return AsyncLLM.from_vllm_config(vllm_config, stat_loggers=loggers), engine_id, port
 
 
+def push_params(engine_id: str, port: int, request_id: str) -> dict[str, Any]:
+    """What a decode request names of its prefill engine in push mode."""
+    return {
+        "do_remote_prefill": True,
+        "remote_engine_id": engine_id,
+        "remote_host": "127.0.0.1",
+        "remote_port": port,
+        "tp_size": 1,
+        # Without it vLLM 0.32's decode scheduler dies on a KeyError.
+        "remote_request_id": request_id,
+    }
+
+
 async def final(engine: Any, prompt: list[int], params: Any, request_id: str) -> Any:
     last = None
     async for out in engine.generate({"prompt_token_ids": prompt}, params, request_id):
@@ -155,14 +168,7 @@ async def one(
                 raise RuntimeError("decode could not load the KV")
 
     if mode == "push":
-        kv = {
-            "do_remote_prefill": True,
-            "remote_engine_id": engine_id,
-            "remote_host": "127.0.0.1",
-            "remote_port": port,
-            "tp_size": 1,
-            "remote_request_id": rid,
-        }
+        kv = push_params(engine_id, port, rid)
         await asyncio.gather(final(engine, prompt, p_params, rid), decode_stream(d_params(kv)))
     else:
         done = await final(engine, prompt, p_params, rid)
