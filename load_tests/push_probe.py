@@ -184,14 +184,7 @@ async def prefill_lost(
 
     _, engine_id, port = prefill
     rid = uuid.uuid4().hex[:12]
-    kv = {
-        "do_remote_prefill": True,
-        "remote_engine_id": engine_id,
-        "remote_host": "127.0.0.1",
-        "remote_port": port,
-        "tp_size": 1,
-        "remote_request_id": rid,
-    }
+    kv = push_params(engine_id, port, rid)
     params = SamplingParams(
         temperature=0, max_tokens=4, ignore_eos=True, extra_args={"kv_transfer_params": kv}
     )
