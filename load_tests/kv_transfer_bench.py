@@ -108,16 +108,17 @@ class Side:
         return int(self.buffer[:size].numpy()[:: max(size // 4096, 1)].astype(np.uint64).sum())
 
 
-def run(sizes_mib: list[int], repeats: int) -> dict[str, Any]:
+def run(sizes_mib: list[int], repeats: int, ucx_tls: str = UCX_ENV["UCX_TLS"]) -> dict[str, Any]:
     import ray
 
     largest = max(sizes_mib) * MIB
+    ucx_env = {"UCX_TLS": ucx_tls}
     ray.init(
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
         object_store_memory=max(4 * largest, 1 << 30),
-        runtime_env={"env_vars": UCX_ENV},
+        runtime_env={"env_vars": ucx_env},
     )
     try:
         actor: Any = ray.remote(num_cpus=1)(Side)
@@ -168,7 +169,7 @@ def run(sizes_mib: list[int], repeats: int) -> dict[str, Any]:
             "cpus": os.cpu_count(),
             "processor": platform.processor() or platform.machine(),
             "python": platform.python_version(),
-            "ucx": {**UCX_ENV, **UCX_PARAMS},
+            "ucx": {**ucx_env, **UCX_PARAMS},
             "memory": "DRAM (host) on both sides; prefill actor on core 0, decode on core 1",
             "object_store": "ray.put (prefill) + ray.get + np.copyto (decode)",
         },
@@ -180,9 +181,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes-mib", default="1,16,64,256")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument(
+        "--ucx-tls",
+        default=UCX_ENV["UCX_TLS"],
+        help="UCX's transports for the NIXL READ (%(default)s: any shared-memory one; "
+        "cma,self: process_vm_readv, one copy)",
+    )
     parser.add_argument("--out", default="load_tests/results/kv_transfer.json")
     args = parser.parse_args()
-    result = run([int(s) for s in args.sizes_mib.split(",")], args.repeats)
+    result = run([int(s) for s in args.sizes_mib.split(",")], args.repeats, args.ucx_tls)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"{'MiB':>5} {'transport':<13} {'p50 ms':>9} {'p99 ms':>9} {'GB/s':>7} {'x memcpy':>8}")

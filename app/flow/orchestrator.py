@@ -87,6 +87,7 @@ class Orchestrator:
         # remote prefill served the request): ITL is recorded as the stream goes, not in
         # a burst of histogram calls when it ends.
         self.on_token_gap = on_token_gap
+        self._gap_failed = False
         self._releases: set[asyncio.Task[None]] = set()
 
     async def run(
@@ -128,7 +129,7 @@ class Orchestrator:
                 elif chunk.token_ids:
                     timings.token_gaps_s.append(now - last)
                     if self.on_token_gap is not None:
-                        self.on_token_gap(now - last, timings.disaggregated)
+                        self._token_gap(now - last, timings.disaggregated)
                 last = now
                 answer += chunk.token_ids
                 yield chunk
@@ -307,6 +308,15 @@ class Orchestrator:
         """
         lease = self.timeouts.kv_lease_s
         return time.time() + lease - (lease // 6 + _LEASE_SLACK_S)
+
+    def _token_gap(self, seconds: float, remote: bool) -> None:
+        assert self.on_token_gap is not None
+        try:
+            self.on_token_gap(seconds, remote)
+        except Exception:  # metrics must never fail a request
+            if not self._gap_failed:
+                logger.exception("recording a token gap failed (logged once)")
+            self._gap_failed = True
 
     def _record(self, report: TransferReport) -> None:
         if self.on_transfer is None:

@@ -317,3 +317,14 @@ async def test_each_token_gap_is_reported_as_it_is_streamed():
     assert len(gaps) == 1 and gaps[0][1] is True  # before the stream ends, remote path
     assert [c async for c in stream] == []
     assert [g for g, _ in gaps] == timings.token_gaps_s
+
+
+async def test_a_failing_token_gap_metric_does_not_fail_the_stream():
+    def broken(seconds, remote):
+        raise RuntimeError("metrics agent gone")
+
+    orchestrator = Orchestrator(
+        Mode.DISAGGREGATED, FakeDecode(), FakePrefill(), plan=CHAIN, on_token_gap=broken
+    )
+    texts, _ = await run_request(orchestrator)
+    assert texts == ["a", "b"]
