@@ -45,7 +45,7 @@ def test_a_conversations_next_turn_is_prefilled_on_the_decode_replica_that_holds
     """Turn 2 repeats turn 1 and its answer, then adds a short part: the decode replica
     caches the history (turn 1's KV moved there, and its answer computed there), so only
     the new part is computed there, with no remote prefill (issue 33's decision)."""
-    first = random_prompt(8300, 600)
+    first = random_prompt(8300, 630)
     one = complete(
         http,
         apps.disaggregated,
@@ -54,8 +54,8 @@ def test_a_conversations_next_turn_is_prefilled_on_the_decode_replica_that_holds
     )
     assert one["splitserve"]["decision"] == "long_prompt", one["splitserve"]
     answer = one["choices"][0]["token_ids"]
-    # 616 tokens held: 9 full blocks of the router's 64; the 20 new tokens and the rest
-    # are 60 (< 64, the test app's local_prefill_below_tokens).
+    # 646 tokens of history; decode's engine holds whole 128-token blocks of it: 640. The
+    # rest and the 20 new tokens are 26 (< 64, the test app's local_prefill_below_tokens).
     second = [*first, *answer, *random_prompt(8301, 20)]
     two = complete(
         http,
@@ -66,6 +66,6 @@ def test_a_conversations_next_turn_is_prefilled_on_the_decode_replica_that_holds
     assert two["splitserve"]["decision"] == "decode_cached", two["splitserve"]
     assert two["splitserve"]["decode_engine"] == one["splitserve"]["decode_engine"]
     # The decode engine found the history in its own prefix cache: its full blocks (the
-    # CPU backend's are 128 tokens: 4 of the 616 tokens' 4.8).
+    # CPU backend's are 128 tokens: 5 of the 646 tokens' 5.05).
     assert two["usage"]["prompt_tokens_details"]["cached_tokens"] >= 512, two["usage"]
     assert two["usage"]["completion_tokens"] == GREEDY["max_tokens"]
