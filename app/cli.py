@@ -67,9 +67,8 @@ def _read_json(path: str) -> Any:
         raise ValueError(f"{path} is not JSON ({exc})") from None
 
 
-def workload_from_result(path: str, args: argparse.Namespace) -> Workload:
-    """A workload from a ``load_tests.loadgen`` result file (its first run)."""
-    data = _read_json(path)
+def workload_from_result(path: str, data: Any, args: argparse.Namespace) -> Workload:
+    """A workload from a ``load_tests.loadgen`` result (its first run), read from ``path``."""
     try:
         run = data["runs"][0]
         ttft, e2e = run["ttft_ms"]["p50"], run["e2e_ms"]["p50"]
@@ -145,8 +144,9 @@ def cmd_advise(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         if measured.is_compare_result(data):
             answer = measured.verdict(data)
             return answer, measured.table(answer)
-    workload = workload_from_result(args.result, args) if args.result else None
-    workload = workload or workload_from_figures(args)
+        workload = workload_from_result(args.result, data, args)
+    else:
+        workload = workload_from_figures(args)
     advice = advise(workload)
     return {"workload": workload.__dict__, **advice.to_json()}, advice.table()
 

@@ -86,7 +86,7 @@ class RayRequestMetrics:
         self._itl.observe(seconds, tags=self._path_tags[disaggregated])
 
     def record(self, timings: RequestTimings) -> None:
-        tags = {"path": "disaggregated" if timings.disaggregated else "local"}
+        tags = self._path_tags[timings.disaggregated]
         if timings.disaggregated:
             self._prefill.observe(timings.prefill_s, tags=tags)
         if timings.decode_first_token_s:
