@@ -30,7 +30,7 @@ import httpx
 
 from load_tests.run_conditions import machine
 from load_tests.stats import summarize
-from tests.harness.sse import sse_lines
+from tests.harness.sse import sse_json
 
 SYSTEMS = (
     "splitserve disaggregated",
@@ -62,10 +62,7 @@ async def one_turn(
     ) as response:
         if response.status_code != 200:
             raise RuntimeError(f"HTTP {response.status_code}: {await response.aread()!r}")
-        async for line in sse_lines(response):
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[len("data: ") :])
+        async for event in sse_json(response):
             if "error" in event:
                 raise RuntimeError(event["error"]["message"])
             if event.get("usage"):
@@ -141,7 +138,9 @@ def main() -> None:
     from load_tests import compare
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--systems", default=",".join(SYSTEMS[:2]))
+    parser.add_argument(
+        "--systems", nargs="*", choices=sorted(compare.SYSTEMS), default=list(SYSTEMS[:2])
+    )
     parser.add_argument("--conversations", type=int, default=8)
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--first-len", type=int, default=800)
@@ -151,12 +150,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="load_tests/results/conversation.json")
     args = parser.parse_args()
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = [s for s in systems if s not in compare.SYSTEMS]
-    if unknown:
-        parser.error(f"unknown system(s) {unknown}; known: {list(compare.SYSTEMS)}")
     results: dict[str, Any] = {}
-    for system in systems:
+    for system in args.systems:
         with compare.SYSTEMS[system]() as url:
             turns = asyncio.run(conversations(url, args))
         results[system] = {"summary": summary(turns), "turns": turns}

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from tests.harness.local_app import LocalApp
-from tests.harness.sse import sse_lines
+from tests.harness.sse import sse_data
 
 POOLS = ("Prefill", "Decode")
 
@@ -48,11 +48,10 @@ async def client_loop(
                         continue
                     events = 0
                     error = False
-                    async for line in sse_lines(resp):
-                        if line.startswith('data: {"error"'):
+                    async for data in sse_data(resp):
+                        if data.startswith('{"error"'):
                             error = True
-                        if line.startswith("data: "):
-                            events += 1
+                        events += 1
                         if drop_after is not None and events >= drop_after:
                             break
                     if drop_after is not None and events >= drop_after:

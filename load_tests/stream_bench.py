@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from load_tests.stats import StreamTiming, summarize
-from tests.harness.sse import sse_lines
+from tests.harness.sse import DONE, sse_data
 
 
 class RequestFailed(RuntimeError):
@@ -58,13 +58,13 @@ async def one_request(
             raise RequestFailed(
                 f"HTTP {response.status_code}: {await response.aread()!r}", response.status_code
             )
-        async for line in sse_lines(response):
-            if not line.startswith("data: ") or line == "data: [DONE]":
+        async for data in sse_data(response):
+            if data == DONE:
                 continue
             try:
-                event = json.loads(line[6:])
+                event = json.loads(data)
             except json.JSONDecodeError as exc:
-                raise RuntimeError(f"malformed event {line[:200]!r}: {exc}") from exc
+                raise RuntimeError(f"malformed event {data[:200]!r}: {exc}") from exc
             if "error" in event:
                 raise RequestFailed(event["error"]["message"])
             if event.get("usage"):

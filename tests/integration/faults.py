@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
 import signal
 import time
@@ -19,7 +18,7 @@ import ray
 from ray import serve
 
 from deployments.replicas import replica_actor_names
-from tests.harness.sse import sse_lines_sync
+from tests.harness.sse import sse_json_sync
 
 APP = "splitserve"
 
@@ -155,10 +154,7 @@ def stream_with_a_kill(base: str, prompt: list[int], kill: Callable[[], None]) -
         client.stream("POST", f"{base}/v1/completions", json=body) as response,
     ):
         assert response.status_code == 200
-        for line in sse_lines_sync(response):
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[len("data: ") :])
+        for event in sse_json_sync(response):
             events.append(event)
             usage = event.get("usage") or {}
             if not killed and usage.get("completion_tokens", 0) >= KILL_AFTER:

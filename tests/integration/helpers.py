@@ -6,7 +6,7 @@ import json
 import random
 from typing import Any
 
-from tests.harness.sse import sse_lines_sync
+from tests.harness.sse import DONE, sse_data_sync
 
 GREEDY = {"temperature": 0, "max_tokens": 16, "ignore_eos": True}
 
@@ -35,10 +35,8 @@ def stream_events(http: Any, base: str, path: str, body: dict[str, Any]) -> list
     events: list[Any] = []
     with http.stream("POST", f"{base}{path}", json={**body, "stream": True}) as response:
         assert response.status_code == 200, response.read()
-        for line in sse_lines_sync(response):
-            if line.startswith("data: "):
-                data = line[len("data: ") :]
-                events.append(data if data == "[DONE]" else json.loads(data))
+        for data in sse_data_sync(response):
+            events.append(data if data == DONE else json.loads(data))
     return events
 
 

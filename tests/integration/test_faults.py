@@ -15,7 +15,7 @@ from app.flow.request_timings import RequestTimings
 from app.kv.failure import FailureKind
 from app.kv.fallback import Transport, transfer_plan
 from deployments.pool_client import ServePoolClient
-from tests.harness.sse import sse_lines_sync
+from tests.harness.sse import sse_data_sync
 from tests.integration.conftest import TEST_KV_LEASE_S
 from tests.integration.faults import (
     all_blocks_free,
@@ -130,7 +130,7 @@ def test_client_disconnects_leave_no_kv_held(apps):
             client.stream("POST", f"{apps.disaggregated}/v1/completions", json=body) as response,
         ):
             assert response.status_code == 200
-            for i, _ in enumerate(sse_lines_sync(response)):
+            for i, _ in enumerate(sse_data_sync(response)):
                 if i >= 6:
                     break  # hang up mid-stream
 

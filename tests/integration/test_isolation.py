@@ -1,11 +1,11 @@
 """No client reaches another's request: two streams sent with the same X-Request-Id, one
 client hangs up after its first token, and the other still gets its whole answer."""
 
-import json
 import threading
 
 import httpx
 
+from tests.harness.sse import sse_json_sync
 from tests.integration.helpers import random_prompt
 
 TOKENS = 200
@@ -31,11 +31,9 @@ def test_a_client_hanging_up_does_not_cut_another_with_the_same_request_id(apps)
             httpx.Client(timeout=120) as client,
             client.stream("POST", url, json=payload, headers=HEADERS) as response,
         ):
-            for line in response.iter_lines():
+            for event in sse_json_sync(response):
                 streaming.set()
-                if line.startswith("data: {"):
-                    event = json.loads(line[len("data: ") :])
-                    usage.update(event.get("usage") or {})
+                usage.update(event.get("usage") or {})
 
     thread = threading.Thread(target=whole_answer)
     thread.start()
@@ -46,9 +44,8 @@ def test_a_client_hanging_up_does_not_cut_another_with_the_same_request_id(apps)
         client.stream("POST", url, json=payload, headers=HEADERS) as response,
     ):
         assert response.status_code == 200
-        for line in response.iter_lines():
-            if line.startswith("data: {"):
-                break  # hang up after the first token
+        for _ in sse_json_sync(response):
+            break  # hang up after the first token
     thread.join(120)
     assert not thread.is_alive()
     # Cut short, it would still end with 200 and [DONE], but with fewer tokens.

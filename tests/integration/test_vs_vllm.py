@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from load_tests.compare import vllm_server
+from tests.harness.sse import sse_json_sync
 from tests.integration.faults import assert_no_kv_held
 
 C, CH = "/v1/completions", "/v1/chat/completions"
@@ -152,13 +153,7 @@ def _post(http: Any, url: str, body: dict[str, Any]) -> tuple[int, Any]:
     with http.stream("POST", url, json=body) as response:
         if response.status_code != 200:
             return response.status_code, json.loads(response.read())
-        buffer = ""
-        for text in response.iter_text():
-            buffer += text
-            *blocks, buffer = buffer.split("\n\n")
-            for block in blocks:
-                if block.startswith("data: ") and block != "data: [DONE]":
-                    events.append(json.loads(block[len("data: ") :]))
+        events.extend(sse_json_sync(response))
     return 200, events
 
 

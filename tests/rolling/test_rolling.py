@@ -8,7 +8,6 @@ suite): it needs a third engine, which the apps of tests/integration leave no ro
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import signal
@@ -26,7 +25,7 @@ from ray import serve
 
 from deployments.builder import build_app
 from tests.harness.local_app import LocalApp, config_args, merge
-from tests.harness.sse import sse_lines
+from tests.harness.sse import sse_json
 from tests.integration.faults import (
     assert_no_kv_held,
     check_migrated,
@@ -151,11 +150,7 @@ class Load:
                 if response.status_code != 200:
                     self.failures.append(f"{response.status_code}: {await response.aread()!r}")
                     return
-                events = [
-                    json.loads(line[6:])
-                    async for line in sse_lines(response)
-                    if line.startswith("data: ") and line != "data: [DONE]"
-                ]
+                events = [event async for event in sse_json(response)]
         except httpx.HTTPError as exc:
             self.failures.append(f"{type(exc).__name__}: {exc}")
             return

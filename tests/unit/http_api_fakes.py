@@ -14,6 +14,7 @@ from app.engine.setup import ingress_vllm_config
 from app.flow.orchestrator import Orchestrator
 from app.flow.pool_client import PoolClient
 from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
+from tests.harness.sse import sse_data_sync
 
 
 class FakePool(PoolClient):
@@ -95,5 +96,6 @@ def client(engine_client):
     return make_client(engine_client)
 
 
-def sse_events(text):
-    return [line[len("data: ") :] for line in text.split("\n\n") if line.startswith("data: ")]
+def sse_events(response):
+    """The data of each event of a streamed answer (``[DONE]`` included)."""
+    return list(sse_data_sync(response))

@@ -36,7 +36,7 @@ def test_chat_stream_is_sse_ending_in_done_with_the_report_on_usage(client):
     )
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/event-stream")
-    events = sse_events(r.text)
+    events = sse_events(r)
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"

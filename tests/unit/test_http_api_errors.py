@@ -98,7 +98,7 @@ def test_deadline_ends_a_slow_request_with_504(engine_client):
 def test_deadline_mid_stream_ends_with_an_error_event(engine_client):
     client = make_client(engine_client, pool=FakePool(delay=0.15), timeout_s=0.35)
     r = client.post("/v1/completions", json={"prompt": "hi", "stream": True})
-    events = sse_events(r.text)
+    events = sse_events(r)
     assert events[-1] == "[DONE]"
     assert any("deadline" in e for e in events if e.startswith('{"error"'))
 
