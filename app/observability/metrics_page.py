@@ -18,15 +18,17 @@ here is up to that old.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 # Ray's prefix on what the app recorded -> the name it is served under.
 _RENAMES = (("ray_vllm_", "vllm:"), ("ray_splitserve_", "splitserve_"))
 _LABEL_RENAMES = {"ReplicaId": "replica", "NodeAddress": "node", "WorkerId": "worker"}
 _DROP_LABELS = {"Component", "SessionName", "Version"}
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -38,70 +40,48 @@ def served_name(name: str) -> str | None:
     return None
 
 
-@dataclass
-class _Family:
-    help: str = ""
-    type: str = ""
-    samples: list[str] = field(default_factory=list)
-
-
-def _relabel(labels: str, application: str) -> str | None:
+def _relabel(labels: dict[str, str], application: str) -> dict[str, str] | None:
     """The served label set, or None if the series belongs to another application."""
-    kept = []
-    mine = False
-    for key, value in _LABEL.findall(labels):
-        if key == "application":
-            mine = value == application
-        if key in _DROP_LABELS or key.startswith("otel_scope_"):
-            continue
-        kept.append(f'{_LABEL_RENAMES.get(key, key)}="{value}"')
-    return ",".join(kept) if mine else None
+    if labels.get("application") != application:
+        return None
+    return {
+        _LABEL_RENAMES.get(key, key): value
+        for key, value in labels.items()
+        if key not in _DROP_LABELS and not key.startswith("otel_scope_")
+    }
 
 
-def _sample(line: str, application: str) -> str | None:
-    """The served form of one exposition sample line, None if it is not served."""
-    brace = line.find("{")
-    space = line.find(" ")
-    if brace == -1 or (space != -1 and space < brace):
-        return None  # no labels, so no application: not this app's
-    name = served_name(line[:brace])
-    if name is None:
-        return None
-    close = line.rindex("}")
-    labels = _relabel(line[brace + 1 : close], application)
-    if labels is None:
-        return None
-    return f"{name}{{{labels}}}{line[close + 1 :]}"
+class _Page:
+    """The served families, in the form prometheus_client's exposition writer collects."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
 
 
 def render(exports: Iterable[str], application: str) -> str:
     """One Prometheus text page of ``application``'s series, from the text of each node's
-    Ray metrics export. Families seen on several nodes share one HELP/TYPE header; a
-    family with no sample of this application is left out."""
-    families: dict[str, _Family] = {}
+    Ray metrics export (read and written by prometheus_client). Families seen on several
+    nodes share one HELP/TYPE header; a family with no sample of this application is
+    left out."""
+    families: dict[str, Metric] = {}
     for text in exports:
-        current: _Family | None = None
-        for line in text.splitlines():
-            if line.startswith("# HELP ") or line.startswith("# TYPE "):
-                kind, _, rest = line[2:].partition(" ")
-                name, _, value = rest.partition(" ")
-                served = served_name(name)
-                current = None if served is None else families.setdefault(served, _Family())
-                if current is not None:
-                    setattr(current, kind.lower(), value)
+        for family in text_string_to_metric_families(text):
+            served = served_name(family.name)
+            if served is None:
                 continue
-            if not line or line.startswith("#") or current is None:
+            samples = []
+            for sample in family.samples:
+                labels = _relabel(sample.labels, application)
+                if labels is not None:
+                    name = served + sample.name[len(family.name) :]
+                    samples.append(Sample(name, labels, sample.value, sample.timestamp))
+            if not samples:
                 continue
-            sample = _sample(line, application)
-            if sample is not None:
-                current.samples.append(sample)
-    out = []
-    for name, family in families.items():
-        if not family.samples:
-            continue
-        if family.help:
-            out.append(f"# HELP {name} {family.help}")
-        if family.type:
-            out.append(f"# TYPE {name} {family.type}")
-        out.extend(family.samples)
-    return "\n".join(out) + "\n"
+            kept = families.get(served)
+            if kept is None:
+                kept = families[served] = Metric(served, family.documentation, family.type)
+            kept.samples.extend(samples)
+    return generate_latest(_Page(families.values())).decode()  # type: ignore[arg-type]

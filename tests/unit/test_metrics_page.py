@@ -1,4 +1,5 @@
-"""The /metrics page rendered from Ray's metrics export text (samples shaped as Ray 2.60 writes)."""
+"""The /metrics page rendered from Ray's metrics export text (samples shaped as Ray 2.60
+writes), read and written by prometheus_client."""
 
 from app.observability.metrics_page import render, served_name
 
@@ -40,9 +41,9 @@ def test_only_the_apps_series_are_served_with_pool_and_replica_labels():
     assert "# TYPE vllm:num_requests_running gauge" in lines
     assert "# TYPE splitserve_engine_busy_seconds_total counter" in lines
     assert (
-        'vllm:num_requests_running{node="10.0.0.1",replica="abc",worker="wabc",'
-        'application="splitserve",engine="0",model_name="tiny",pool="decode"} 2.0'
-    ) in lines
+        'vllm:num_requests_running{application="splitserve",engine="0",model_name="tiny",'
+        'node="10.0.0.1",pool="decode",replica="abc",worker="wabc"} 2.0'
+    ) in lines  # prometheus_client writes labels in name order
     assert "grpc" not in page
     for dropped in ("Component", "SessionName", "Version", "otel_scope", "ReplicaId"):
         assert dropped not in page
@@ -81,7 +82,7 @@ def test_other_applications_series_are_left_out():
     )
     assert 'replica="mine"' in page
     assert "theirs" not in page and "colocated" not in page
-    assert render([_export(1, "theirs", "colocated", 5.0, app="other")], "splitserve") == "\n"
+    assert render([_export(1, "theirs", "colocated", 5.0, app="other")], "splitserve") == ""
 
 
 def test_nothing_exported_renders_an_empty_page():
