@@ -21,7 +21,7 @@ TORCH_INDEX ?=
 # Tests run in a loopback-only network namespace where possible (see the script).
 NETNS := scripts/loopback-netns
 
-.PHONY: setup run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-aiperf bench-link
+.PHONY: setup run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-aiperf bench-link gpu-check
 
 setup: $(STAMP)
 
@@ -97,6 +97,12 @@ soak: setup
 # KV transport benchmark: NIXL vs Ray object store vs memcpy (docs/benchmarks.md).
 bench-kv: setup
 	$(NETNS) $(PY) -m load_tests.kv_transfer_bench
+
+# On a GPU host (after `make setup DEVICE=cuda`): NIXL VRAM to VRAM beside a device copy,
+# then the app end to end where vLLM's CUDA build is installed (load_tests/gpu_check.py).
+# Exits 2, checking nothing, on a host without a GPU.
+gpu-check: setup
+	$(NETNS) $(PY) -m load_tests.gpu_check
 
 # Prefix-heavy workload: prefix-affinity router vs Serve's default routing.
 bench-prefix: setup
