@@ -62,6 +62,7 @@ class Orchestrator:
         prefill_serving: Callable[[], bool] | None = None,
         decode_affinity: DecodeAffinity | None = None,
         on_token_gap: Callable[[float, bool], None] | None = None,
+        plan_order: Callable[[tuple[Transport, ...]], tuple[Transport, ...]] | None = None,
     ) -> None:
         if mode is Mode.DISAGGREGATED and prefill is None:
             raise ValueError("disaggregated mode needs a prefill pool")
@@ -87,6 +88,9 @@ class Orchestrator:
         # remote prefill served the request): ITL is recorded as the stream goes, not in
         # a burst of histogram calls when it ends.
         self.on_token_gap = on_token_gap
+        # The plan as the links measured order it (app.routing.link_choice.LinkBook.order):
+        # the same transports, recompute last.
+        self.plan_order = plan_order
         self._gap_failed = False
         self._releases: set[asyncio.Task[None]] = set()
 
@@ -187,7 +191,7 @@ class Orchestrator:
         """Try the plan's transports in order; the first whose KV decode can use serves."""
         report = timings.transfer
         prefill_reachable = True
-        for number, transport in enumerate(self.plan):
+        for number, transport in enumerate(self._plan()):
             attempt = (
                 request
                 if number == 0
@@ -288,6 +292,20 @@ class Orchestrator:
             return await prefill_once(self.prefill, request, transport, self.timeouts, timings)
         finally:
             self.prefills_in_flight -= 1
+
+    def _plan(self) -> tuple[Transport, ...]:
+        """This request's plan: ordered by the links measured, where that is known; the
+        configured plan if ordering fails or returns other transports."""
+        if self.plan_order is None:
+            return self.plan
+        try:
+            ordered = self.plan_order(self.plan)
+        except Exception:  # an ordering must never fail a request
+            logger.exception("ordering the transfer plan failed; using the configured one")
+            return self.plan
+        if sorted(ordered) != sorted(self.plan) or ordered[-1] is not Transport.RECOMPUTE:
+            return self.plan
+        return ordered
 
     def _release(self, result: PrefillResult) -> None:
         """Free a failed attempt's NIXL blocks on prefill now, without waiting for it."""
