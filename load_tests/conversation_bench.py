@@ -150,19 +150,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="load_tests/results/conversation.json")
     args = parser.parse_args()
-    results: dict[str, Any] = {}
+    runs: list[dict[str, Any]] = []  # in the order run (a system may run more than once)
     for system in args.systems:
         with compare.SYSTEMS[system]() as url:
             turns = asyncio.run(conversations(url, args))
-        results[system] = {"summary": summary(turns), "turns": turns}
-        print(system, json.dumps(results[system]["summary"]), flush=True)
+        runs.append({"system": system, "summary": summary(turns), "turns": turns})
+        print(system, json.dumps(runs[-1]["summary"]), flush=True)
     out = {
         "conditions": {
             "date": time.strftime("%Y-%m-%d"),
             "machine": machine(),
             **{k: v for k, v in vars(args).items() if k != "out"},
         },
-        "systems": results,
+        "runs": runs,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
