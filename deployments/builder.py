@@ -29,11 +29,11 @@ def build_app(args: dict[str, Any] | AppConfig | None = None) -> Application:
         prefill = None
         decode = _pool("colocated", config)
     ingress: Deployment = serve.deployment()(Ingress)
-    options = _with_env(config.ingress.to_serve_options(), config)
+    options = with_env(config.ingress.to_serve_options(), config)
     return ingress.options(name="Ingress", **options).bind(config, decode, prefill)
 
 
-def _with_env(options: dict[str, Any], config: AppConfig) -> dict[str, Any]:
+def with_env(options: dict[str, Any], config: AppConfig) -> dict[str, Any]:
     """``options`` with the request path's environment added to the replicas' runtime env."""
     env = config.request_path.replica_env()
     if env:
@@ -73,7 +73,7 @@ def _pool(role: str, config: AppConfig, prefill: Application | None = None) -> A
     deployment: Deployment = serve.deployment()(LLMServer)
     return deployment.options(
         name=POOL_NAMES[role],
-        **_with_env(pool.to_serve_options(), config),
+        **with_env(pool.to_serve_options(), config),
         **_router_options(role, config),
         # Engines take a while to load; give Serve's health check room.
         health_check_period_s=10,

@@ -72,12 +72,12 @@ class RayMetricsExport:
 
     async def _agents(self) -> list[str]:
         if not self._targets or time.monotonic() - self._read_at > self.nodes_ttl_s:
-            self._targets = await asyncio.to_thread(_agent_addresses)
+            self._targets = await asyncio.to_thread(agent_addresses)
             self._read_at = time.monotonic()
         return self._targets
 
 
-def _agent_addresses() -> list[str]:
+def agent_addresses() -> list[str]:
     import ray
 
     return [

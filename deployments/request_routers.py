@@ -34,7 +34,7 @@ def _generate_request(pending: PendingRequest | None) -> GenerateRequest | None:
     return first if isinstance(first, GenerateRequest) else None
 
 
-def _pinned(
+def pinned_ranks(
     pending: PendingRequest | None, candidates: list[RunningReplica]
 ) -> list[list[RunningReplica]] | None:
     """The replica a call names, as Serve's ranks; None for a call that names none."""
@@ -68,7 +68,7 @@ class PrefixAffinityRouter(_RankingRouter):
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
-        pinned = _pinned(pending_request, candidate_replicas)
+        pinned = pinned_ranks(pending_request, candidate_replicas)
         if pinned is not None:
             return pinned
         request = _generate_request(pending_request)
@@ -115,7 +115,7 @@ class KVCapacityRouter(_RankingRouter):
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
-        pinned = _pinned(pending_request, candidate_replicas)
+        pinned = pinned_ranks(pending_request, candidate_replicas)
         if pinned is not None:
             return pinned
         request = _generate_request(pending_request)

@@ -33,7 +33,7 @@ from typing import Any
 
 from app.engine.model_source import resolve_model
 from app.planning.goodput import SLO, add_slo_options, slo_from_options
-from load_tests.compare import SYSTEMS, _warm_up
+from load_tests.compare import SYSTEMS, warm_up
 from load_tests.loadgen import run_at_rate, summary
 from load_tests.run_conditions import machine
 from load_tests.workloads import fixed
@@ -170,7 +170,7 @@ def main() -> None:
     for name in args.systems:
         artifacts = out.parent / "aiperf" / name.replace(" ", "_")
         with SYSTEMS[name]() as url:
-            asyncio.run(_warm_up(url))
+            asyncio.run(warm_up(url))
             rows[name] = {}
             # AIPerf twice, with and without polling /metrics (its default is on), then
             # the project's client: the differences between them are measured, not guessed.

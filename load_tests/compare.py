@@ -59,62 +59,7 @@ from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import closed_loop, one_request
 from load_tests.workloads import fixed, mixed
 from tests.harness.local_app import LocalApp, merge
-
-MAX_MODEL_LEN = 2048  # room for the mix's 1536-token prompts
-
-
-@contextmanager
-def vllm_server(
-    port: int = 8011, cores: str = "0", extra_args: list[str] | None = None
-) -> Iterator[str]:
-    """vLLM's OpenAI server on the builtin model, engine bound to ``cores``; ``extra_args``
-    are more of its flags.
-
-    It runs in a process group of its own, stopped as a whole: the engine core it
-    spawns goes with it.
-    """
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_CPU_OMP_THREADS_BIND": cores,
-        "VLLM_NO_USAGE_STATS": "1",
-    }
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", resolve_model("builtin:tiny-llama"), "--served-model-name", "tiny-llama",
-        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(MAX_MODEL_LEN),
-        "--enforce-eager", "--enable-prefix-caching", *(extra_args or []),
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        command,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None:
-                raise RuntimeError("vLLM's server exited during start-up")
-            time.sleep(0.5)
-        else:
-            raise RuntimeError("vLLM's server did not become healthy in 180 s")
-        yield url
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
+from tests.harness.vllm_server import MAX_MODEL_LEN, vllm_server
 
 @contextmanager
 def splitserve(
@@ -130,7 +75,7 @@ def splitserve(
         yield app.proxy_url if via_proxy else app.url
 
 
-async def _warm_up(url: str) -> None:
+async def warm_up(url: str) -> None:
     async with httpx.AsyncClient(timeout=300) as client:
         await one_request(client, url, "tiny-llama", list(range(10, 138)), 4)
 
@@ -168,7 +113,7 @@ def _mixed_summary(timings: list[StreamTiming], failures: list[str], wall: float
 
 
 def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any]:
-    asyncio.run(_warm_up(url))
+    asyncio.run(warm_up(url))
     row: dict[str, Any] = {"startup_s": round(time.perf_counter() - started, 1)}
     time.sleep(3)
     idle = cpu_by_group(args.idle_s)

@@ -283,7 +283,7 @@ def main() -> None:
     with LocalApp(args.config, overrides=overrides) as app:
         result = asyncio.run(measure(app.url, args.seconds, budget))
     if not args.no_vllm:
-        from load_tests.compare import vllm_server
+        from tests.harness.vllm_server import vllm_server
 
         # The same offered loads (splitserve's C) against vLLM's server, one engine.
         with vllm_server() as url:

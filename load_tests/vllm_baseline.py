@@ -24,7 +24,8 @@ import httpx
 import psutil
 
 from app.engine.model_source import resolve_model
-from load_tests.compare import fixed_load, vllm_server
+from load_tests.compare import fixed_load
+from tests.harness.vllm_server import vllm_server
 from load_tests.run_conditions import machine
 from load_tests.stream_bench import one_request
 

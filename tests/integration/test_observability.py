@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.net import free_port
-from deployments.metrics_export import _agent_addresses
+from deployments.metrics_export import agent_addresses
 from deployments.observe import prometheus_command, write_config
 from tests.dashboard_names import EXPORTED_ON_EVENT, metric_names
 from tests.integration.helpers import GREEDY, complete, random_prompt
@@ -98,7 +98,7 @@ def test_metrics_on_the_api_port_carry_each_pools_engine_series(apps, http):
 
 def _ray_export_names() -> set[str]:
     names = set()
-    for target in _agent_addresses():
+    for target in agent_addresses():
         text = httpx.get(f"http://{target}/metrics", timeout=10).text
         names |= {s.name for s in _samples(text)}
     return names

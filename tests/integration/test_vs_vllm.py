@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from load_tests.compare import vllm_server
+from tests.harness.vllm_server import vllm_server
 from tests.harness.sse import sse_json_sync
 from tests.integration.faults import assert_no_kv_held
 

@@ -5,7 +5,7 @@ from typing import Any
 
 from app.flow.records import GenerateRequest, KvRelease
 from app.kv.lease_release import Release, end_leases
-from deployments.request_routers import _pinned
+from deployments.request_routers import pinned_ranks
 
 
 def test_end_leases_expires_known_requests_only():
@@ -34,12 +34,12 @@ def _replica(unique_id):
 def test_a_release_goes_to_the_replica_it_names():
     a, b = _replica("a"), _replica("b")
     release = _pending(KvRelease("b", {"remote_request_id": "r"}))
-    assert _pinned(release, [a, b]) == [[b]]
+    assert pinned_ranks(release, [a, b]) == [[b]]
     # That replica gone: any may take it (it finds nothing to free).
-    assert _pinned(release, [a]) == [[a]]
+    assert pinned_ranks(release, [a]) == [[a]]
     # So does a warm-up's request that names its replica.
-    assert _pinned(_pending(GenerateRequest("w", [1], None, replica="a")), [a, b]) == [[a]]
+    assert pinned_ranks(_pending(GenerateRequest("w", [1], None, replica="a")), [a, b]) == [[a]]
     # Any other call is left to the routing policy.
     generate = _pending(GenerateRequest("r", [1], None))
-    assert _pinned(generate, [a, b]) is None
-    assert _pinned(None, [a, b]) is None
+    assert pinned_ranks(generate, [a, b]) is None
+    assert pinned_ranks(None, [a, b]) is None

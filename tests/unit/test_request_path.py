@@ -1,12 +1,12 @@
 """The request path settings: what each replica starts with."""
 
 from app.config import AppConfig
-from deployments.builder import _with_env
+from deployments.builder import with_env
 
 
 def test_replicas_run_on_serves_event_loop_by_default():
     config = AppConfig()
-    options = _with_env(config.decode.to_serve_options(), config)
+    options = with_env(config.decode.to_serve_options(), config)
     assert options["ray_actor_options"]["runtime_env"] == {
         "env_vars": {
             "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
@@ -18,5 +18,5 @@ def test_replicas_run_on_serves_event_loop_by_default():
 
 def test_serves_defaults_when_turned_off():
     config = AppConfig.model_validate({"request_path": {"replica_event_loop": False}})
-    options = _with_env(config.ingress.to_serve_options(), config)
+    options = with_env(config.ingress.to_serve_options(), config)
     assert "runtime_env" not in options["ray_actor_options"]

@@ -1,0 +1,71 @@
+"""vLLM's own OpenAI server on the builtin model, as a context manager: the peer the
+integration tests compare the API with, and the compare harness's baseline."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+
+from app.engine.model_source import resolve_model
+
+MAX_MODEL_LEN = 2048  # room for the mix's 1536-token prompts
+
+
+@contextmanager
+def vllm_server(
+    port: int = 8011, cores: str = "0", extra_args: list[str] | None = None
+) -> Iterator[str]:
+    """vLLM's OpenAI server on the builtin model, engine bound to ``cores``; ``extra_args``
+    are more of its flags.
+
+    It runs in a process group of its own, stopped as a whole: the engine core it
+    spawns goes with it.
+    """
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": cores,
+        "VLLM_NO_USAGE_STATS": "1",
+    }
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", resolve_model("builtin:tiny-llama"), "--served-model-name", "tiny-llama",
+        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(MAX_MODEL_LEN),
+        "--enforce-eager", "--enable-prefix-caching", *(extra_args or []),
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if process.poll() is not None:
+                raise RuntimeError("vLLM's server exited during start-up")
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("vLLM's server did not become healthy in 180 s")
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
