@@ -29,11 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -42,7 +38,6 @@ from typing import Any
 
 import httpx
 
-from app.engine.model_source import resolve_model
 from app.planning.goodput import (
     add_slo_options,
     attainment,
@@ -60,6 +55,7 @@ from load_tests.stream_bench import closed_loop, one_request
 from load_tests.workloads import fixed, mixed
 from tests.harness.local_app import LocalApp, merge
 from tests.harness.vllm_server import MAX_MODEL_LEN, vllm_server
+
 
 @contextmanager
 def splitserve(

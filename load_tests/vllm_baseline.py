@@ -25,9 +25,9 @@ import psutil
 
 from app.engine.model_source import resolve_model
 from load_tests.compare import fixed_load
-from tests.harness.vllm_server import vllm_server
 from load_tests.run_conditions import machine
 from load_tests.stream_bench import one_request
+from tests.harness.vllm_server import vllm_server
 
 
 def _processes(port: int) -> dict[str, psutil.Process]:

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.harness.vllm_server import vllm_server
 from tests.harness.sse import sse_json_sync
+from tests.harness.vllm_server import vllm_server
 from tests.integration.faults import assert_no_kv_held
 
 C, CH = "/v1/completions", "/v1/chat/completions"
