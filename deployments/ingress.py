@@ -73,6 +73,7 @@ class Ingress:
             timeouts=config.transport,
             local_prefill_below_tokens=config.router.local_prefill_below_tokens,
             max_prefill_backlog=config.router.max_prefill_backlog,
+            first_token_on_prefill=config.router.first_token_on_prefill,
             migration=config.migration,
             on_transfer=metrics.record,
             on_token_gap=request_metrics.token_gap,

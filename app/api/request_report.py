@@ -28,6 +28,8 @@ def timing_report(t: RequestTimings) -> dict[str, Any]:
         "kv_fetch_ms": _ms(t.kv_fetch_s),
         "decode_queue_ms": _ms(t.decode_queue_s),
         "decode_first_token_ms": _ms(t.decode_first_token_s),
+        # Where the client's first token was sampled (app.flow.first_token).
+        "first_token_from": "prefill" if report.first_token_on_prefill else "decode",
         "fallbacks": [
             {
                 "transport": a.transport.value,

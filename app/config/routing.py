@@ -40,6 +40,14 @@ class RouterConfig(Strict):
         description="Prefills in flight from one ingress beyond which new requests are "
         "prefilled on decode instead of waiting.",
     )
+    first_token_on_prefill: bool = Field(
+        True,
+        description="A remote prefill samples the answer's first token with the request's "
+        "own sampling parameters and the client gets it at once, before the KV moves; "
+        "decode continues from prompt + that token. Only for sampling a continuation "
+        "cannot tell apart (no seed, penalties, stop strings, logprobs or structured "
+        "output) and over NIXL.",
+    )
 
 
 class RequestPathConfig(Strict):

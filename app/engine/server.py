@@ -39,6 +39,7 @@ from app.engine.setup import (
     engine_environment,
     side_channel_host,
 )
+from app.flow.first_token import first_token_params
 from app.flow.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
 from app.kv import object_store, peer_fence, read_deadline
 from app.kv.failure import FailureKind, TransferFailure
@@ -157,9 +158,14 @@ class EngineServer(EngineControl):
             kv = {"do_remote_decode": True}
         else:
             raise ValueError(f"prefill cannot hand KV over by {transport}")
-        params = SamplingParams(
-            max_tokens=1, detokenize=False, extra_args={"kv_transfer_params": kv}
-        )
+        first_token = request.sample_first_token and transport is Transport.NIXL
+        if first_token:  # the answer's first token, sampled as the request asks
+            params = first_token_params(request.sampling_params)
+            params.extra_args = {**(params.extra_args or {}), "kv_transfer_params": kv}
+        else:
+            params = SamplingParams(
+                max_tokens=1, detokenize=False, extra_args={"kv_transfer_params": kv}
+            )
         try:
             yield Started(self.engine_id)
             final = None
@@ -180,10 +186,23 @@ class EngineServer(EngineControl):
                 return
             if not final.kv_transfer_params:
                 raise RuntimeError(f"prefill of {request.request_id} returned no KV location")
+            sampled = final.outputs[0]
+            finish = sampled.finish_reason
+            if finish == "length" and request.sampling_params.max_tokens != 1:
+                finish = None  # this call's one token, not the answer's end
             yield PrefillResult(
                 kv_transfer_params=dict(final.kv_transfer_params),
                 num_prompt_tokens=len(request.prompt_token_ids),
                 num_cached_tokens=cached,
+                first_token=TokenChunk(
+                    text=sampled.text,
+                    token_ids=list(sampled.token_ids),
+                    finish_reason=finish,
+                    stop_reason=sampled.stop_reason,
+                )
+                if first_token and sampled.token_ids
+                else None,
+                block_tokens=self.cache_block_tokens,
             )
         finally:
             if path is not None:

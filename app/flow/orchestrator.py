@@ -24,7 +24,14 @@ from app.api.errors import describe_failure
 from app.config import MigrationConfig, Mode, TransportConfig
 from app.flow.decode_call import DecodeAttempt, first_chunk, note_kv
 from app.flow.disaggregation import decide
-from app.flow.migration import AnswerText, ReplicaLost, resumable
+from app.flow.first_token import (
+    Diverged,
+    continues_in_place,
+    first_token_allowed,
+    is_greedy,
+    without_repeat,
+)
+from app.flow.migration import AnswerText, ReplicaLost, continuation, resumable
 from app.flow.pool_client import PoolClient
 from app.flow.prefill_call import POOL_UNAVAILABLE, prefill_failure, prefill_once
 from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
@@ -63,6 +70,7 @@ class Orchestrator:
         decode_affinity: DecodeAffinity | None = None,
         on_token_gap: Callable[[float, bool], None] | None = None,
         plan_order: Callable[[tuple[Transport, ...]], tuple[Transport, ...]] | None = None,
+        first_token_on_prefill: bool = False,
     ) -> None:
         if mode is Mode.DISAGGREGATED and prefill is None:
             raise ValueError("disaggregated mode needs a prefill pool")
@@ -91,6 +99,8 @@ class Orchestrator:
         # The plan as the links measured order it (app.routing.link_choice.LinkBook.order):
         # the same transports, recompute last.
         self.plan_order = plan_order
+        # Stream the answer's first token from the prefill engine (app.flow.first_token).
+        self.first_token_on_prefill = first_token_on_prefill
         self._gap_failed = False
         self._releases: set[asyncio.Task[None]] = set()
 
@@ -188,10 +198,20 @@ class Orchestrator:
     async def _transferred(
         self, request: GenerateRequest, timings: RequestTimings
     ) -> AsyncIterator[TokenChunk]:
-        """Try the plan's transports in order; the first whose KV decode can use serves."""
+        """Try the plan's transports in order; the first whose KV decode can use serves.
+
+        Where the prefill samples the answer's first token (:mod:`app.flow.first_token`),
+        the client gets it at once; then decode either repeats it (greedy: its first
+        token is checked and dropped) or continues from prompt + it (sampled).
+        """
         report = timings.transfer
         prefill_reachable = True
+        # Whether the prefill may sample the answer's first token (once, on NIXL's path).
+        ask_first = self.first_token_on_prefill and first_token_allowed(request.sampling_params)
+        repeat: TokenChunk | None = None  # sent from prefill; decode's first token repeats it
         for number, transport in enumerate(self._plan()):
+            if repeat is not None:  # sent, and the attempt meant to repeat it failed
+                request, repeat = self._after(request, repeat), None
             attempt = (
                 request
                 if number == 0
@@ -200,8 +220,13 @@ class Orchestrator:
             if transport is not Transport.RECOMPUTE:
                 if not prefill_reachable:
                     continue  # every transport but recompute needs the prefill pool
+                asked = ask_first and transport is Transport.NIXL
                 try:
-                    result = await self._prefill(attempt, transport, timings)
+                    result = await self._prefill(
+                        replace(attempt, sample_first_token=True) if asked else attempt,
+                        transport,
+                        timings,
+                    )
                 except Exception as exc:  # any failure falls back to the next transport
                     failure = prefill_failure(exc)
                     # A prefill pool that is busy or slow would be as busy or slow for the
@@ -210,6 +235,26 @@ class Orchestrator:
                     report.attempts.append(Attempt(transport, failure))
                     _log_fallback(request, transport, failure)
                     continue
+                sampled = result.first_token
+                greedy = sampled is not None and is_greedy(request.sampling_params)
+                if sampled is not None and (
+                    greedy or continues_in_place(result.num_prompt_tokens, result.block_tokens)
+                ):
+                    ask_first = False
+                    report.first_token_on_prefill = True
+                    try:
+                        yield sampled
+                    except BaseException:  # the client is gone: no decode will read
+                        self._release(result)
+                        raise
+                    if sampled.finish_reason is not None:  # the answer ended at it
+                        report.attempts.append(Attempt(transport))
+                        self._release(result)
+                        return
+                    if greedy:
+                        repeat = sampled
+                    else:  # decode goes on from prompt + that token
+                        request = attempt = self._after(request, sampled)
                 attempt = replace(
                     attempt,
                     kv_transfer_params=result.kv_transfer_params,
@@ -225,6 +270,7 @@ class Orchestrator:
             # a client gone while decode reads) decode's abort tells prefill itself
             # (vLLM's connector), or the lease frees them.
             over = DecodeAttempt()
+            diverged = False
             try:
                 try:
                     first = await first_chunk(
@@ -249,17 +295,48 @@ class Orchestrator:
                     return
                 publish_s = report.transfer_s
                 note_kv(first, timings, publish_s)
-                yield first
-                async for item in stream:
-                    if isinstance(item, TokenChunk):
-                        note_kv(item, timings, publish_s)
-                        yield item
-                return
+                rest: TokenChunk | None = first
+                if repeat is not None:
+                    try:
+                        rest = without_repeat(first, repeat)
+                    except Diverged as exc:
+                        diverged = True
+                        logger.warning("request %s: %s; going on from it", request.request_id, exc)
+                if not diverged:
+                    if rest is not None:
+                        yield rest
+                    async for item in stream:
+                        if isinstance(item, TokenChunk):
+                            note_kv(item, timings, publish_s)
+                            yield item
+                    return
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
                 if over.ended and not over.used and attempt.kv_transfer_params is not None:
                     self._release(result)
+            # Decode sampled another first token than the one sent (greedy decoding's ties
+            # round differently on two engines, rarely): the answer goes on from the one
+            # sent, on decode, which now caches the prompt.
+            assert repeat is not None
+            chunks = self._decode_only(self._after(request, repeat), timings)
+            try:
+                async for chunk in chunks:
+                    yield chunk
+            finally:
+                await chunks.aclose()  # type: ignore[attr-defined]
+            return
         raise RuntimeError("every transport failed, recompute included")
+
+    @staticmethod
+    def _after(request: GenerateRequest, sent: TokenChunk) -> GenerateRequest:
+        """The request that continues ``request``'s answer after its first token ``sent``,
+        as a stream moved after one token does (:func:`app.flow.migration.continuation`)."""
+        return replace(
+            continuation(request, sent.token_ids, 0),
+            request_id=f"{request.request_id}.c",
+            origin_id=request.origin_id or request.request_id,
+            replica=request.replica,
+        )
 
     async def _decode_only(
         self, request: GenerateRequest, timings: RequestTimings

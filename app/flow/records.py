@@ -53,6 +53,9 @@ class GenerateRequest:
     # The id of the request this one retries or continues (empty: itself), so what its
     # decode replica ends up caching is credited to that replica.
     origin_id: str = ""
+    # Prefill only: sample the answer's first token with the request's own sampling
+    # parameters and return it, where decode can continue from it (app.flow.first_token).
+    sample_first_token: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,10 @@ class PrefillResult:
     publish_s: float = 0.0
     num_cached_tokens: int = 0  # prompt tokens the prefill engine found in its prefix cache
     replica: str = ""  # the Serve replica that holds the KV (its unique id)
+    # The answer's first token, sampled with the request's own parameters, when the
+    # request asked for it (app.flow.first_token); else None.
+    first_token: TokenChunk | None = None
+    block_tokens: int = 0  # the prefill engine's KV cache block, in tokens
 
 
 @dataclass(frozen=True)

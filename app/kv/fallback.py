@@ -65,6 +65,8 @@ class TransferReport:
     transfer_s: float = 0.0
     remote_prefill: bool = True  # False: conditional disaggregation chose local prefill
     decision_reason: str = ""
+    # The client's first token came from the prefill engine (app.flow.first_token).
+    first_token_on_prefill: bool = False
 
     @property
     def transport(self) -> Transport | None:
