@@ -177,6 +177,11 @@ SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
     "splitserve disaggregated, every prompt remote": lambda: splitserve(
         "serve_configs/default.yaml", {"router": {"local_prefill_below_tokens": 0}}
     ),
+    # The same, the first token sampled on decode (before router.first_token_on_prefill).
+    "splitserve disaggregated, every prompt remote, first token on decode": lambda: splitserve(
+        "serve_configs/default.yaml",
+        {"router": {"local_prefill_below_tokens": 0, "first_token_on_prefill": False}},
+    ),
     # The same app, its clients going through Serve's proxy (port 8000 under `make run`).
     "splitserve disaggregated, through Serve's proxy": lambda: splitserve(
         "serve_configs/default.yaml", via_proxy=True
