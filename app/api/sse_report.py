@@ -19,20 +19,40 @@ async def with_report(
     timings: list[RequestTimings],
     on_end: Callable[[], None],
 ) -> AsyncIterator[str]:
-    """Re-yield the SSE ``events``; the usage event (the last before ``[DONE]``, sent when
-    the client asked for usage) gets the ``splitserve`` field. ``on_end`` runs at the
-    end, however the stream ends."""
-    held = first
+    """Re-yield the SSE ``events`` as they come; the usage event (the last before
+    ``[DONE]``, sent when the client asked for usage) gets the ``splitserve`` field.
+    Only an event that carries usage waits for the next one (to know whether it is the
+    last); the tokens' events go on at once. ``on_end`` runs at the end, however the
+    stream ends."""
+    held: str | None = None
     try:
-        async for event in events:
-            if event == SSE_DONE and '"usage"' in held and timings:
-                held = _add_report(held, timings)
+        async for event in _chain(first, events):
+            if held is not None:
+                if event == SSE_DONE and timings:
+                    held = _add_report(held, timings)
+                yield held
+                held = None
+            if _carries_usage(event):
+                held = event
+            else:
+                yield event
+        if held is not None:
             yield held
-            held = event
-        yield held
     finally:
         on_end()
         await events.aclose()  # type: ignore[attr-defined]
+
+
+async def _chain(first: str, events: AsyncIterator[str]) -> AsyncIterator[str]:
+    yield first
+    async for event in events:
+        yield event
+
+
+def _carries_usage(event: str) -> bool:
+    """Whether an event has a usage object (vLLM writes compact JSON; a token's event
+    has none, or ``"usage":null``)."""
+    return '"usage":{' in event or '"usage": {' in event
 
 
 def _add_report(event: str, timings: list[RequestTimings]) -> str:
