@@ -23,7 +23,6 @@ from app.observability.admission_metrics import RayAdmissionMetrics
 from app.observability.request_metrics import RayRequestMetrics
 from app.observability.transfer_metrics import RayTransferMetrics
 from app.routing.decode_affinity import shared
-from app.routing.link_choice import shared_link_book
 from app.scaling.demand import DemandMeter
 from deployments.cluster_env import missing_cluster_env
 from deployments.metrics_export import RayMetricsExport
@@ -83,10 +82,6 @@ class Ingress:
                 shared(config.router.prefix_block_tokens, config.router.max_imbalance)
                 if config.router.decode_policy == "kv_capacity"
                 else None
-            ),
-            # Also filled by that router: the links measured order the plan.
-            plan_order=(
-                shared_link_book().order if config.router.decode_policy == "kv_capacity" else None
             ),
         )
         # What the SLO policy's model check reads (record_autoscaling_stats).

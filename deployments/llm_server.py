@@ -145,7 +145,7 @@ class LLMServer:
     def record_routing_stats(self) -> dict[str, Any]:
         """What the KV-capacity router ranks decode replicas by (Serve polls it)."""
         tally = self.server.tally
-        stats: dict[str, Any] = {
+        return {
             "kv_cache_usage": tally.kv_usage,
             "running": float(tally.running),
             "waiting": float(tally.waiting + tally.deferred),
@@ -153,11 +153,6 @@ class LLMServer:
             # what a replica holds down to them).
             "cache_block_tokens": float(self.server.cache_block_tokens),
         }
-        if self.server.links is not None:
-            # The NIXL links measured into this replica, and the slow ones among them
-            # (app.routing.link_choice).
-            stats["nixl_links"], stats["slow_links"] = self.server.links.sources()
-        return stats
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """This engine's figures over the last window (app.scaling.autoscaling_stats); Serve polls

@@ -23,7 +23,6 @@ from ray.serve.request_router import (
 from app.flow.records import GenerateRequest, KvRelease
 from app.routing.decode_affinity import shared
 from app.routing.kv_capacity import rank_by_capacity
-from app.routing.link_choice import demote_slow_pairs, shared_link_book
 from app.routing.prefix_affinity import PrefixAffinity
 
 
@@ -108,7 +107,6 @@ class KVCapacityRouter(_RankingRouter):
 
     def initialize_state(self, block_tokens: int = 64, max_imbalance: int = 4, **_: Any) -> None:
         self.affinity = shared(block_tokens, max_imbalance)
-        self.links = shared_link_book()
 
     async def choose_replicas(
         self,
@@ -126,7 +124,6 @@ class KVCapacityRouter(_RankingRouter):
         for replica, figures in stats.items():
             if figures.get("cache_block_tokens"):
                 self.affinity.cache_block(replica, int(figures["cache_block_tokens"]))
-            self.links.update(replica, figures)
         queue_lens = self._queue_lens(candidate_replicas)
         ranks = rank_by_capacity(list(by_id), stats, queue_lens)
         holder = self.affinity.preferred(
@@ -138,9 +135,6 @@ class KVCapacityRouter(_RankingRouter):
         )
         if holder is not None:
             ranks = [[holder]] + [rank for rank in ranks if rank != [holder]]
-        if request.kv_source and request.kv_transfer_params is not None:
-            # A NIXL read: not over a pair whose link lost its fast path, where avoidable.
-            ranks = demote_slow_pairs(ranks, stats, request.kv_source)
         return [[by_id[r] for r in rank] for rank in ranks]
 
     def on_request_routed(
@@ -159,4 +153,3 @@ class KVCapacityRouter(_RankingRouter):
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         super().update_replicas(replicas)
         self.affinity.retain({r.replica_id.unique_id for r in replicas})
-        self.links.retain({r.replica_id.unique_id for r in replicas})

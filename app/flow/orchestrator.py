@@ -69,7 +69,6 @@ class Orchestrator:
         prefill_serving: Callable[[], bool] | None = None,
         decode_affinity: DecodeAffinity | None = None,
         on_token_gap: Callable[[float, bool], None] | None = None,
-        plan_order: Callable[[tuple[Transport, ...]], tuple[Transport, ...]] | None = None,
         first_token_on_prefill: bool = False,
     ) -> None:
         if mode is Mode.DISAGGREGATED and prefill is None:
@@ -96,9 +95,6 @@ class Orchestrator:
         # remote prefill served the request): ITL is recorded as the stream goes, not in
         # a burst of histogram calls when it ends.
         self.on_token_gap = on_token_gap
-        # The plan as the links measured order it (app.routing.link_choice.LinkBook.order):
-        # the same transports, recompute last.
-        self.plan_order = plan_order
         # Stream the answer's first token from the prefill engine (app.flow.first_token).
         self.first_token_on_prefill = first_token_on_prefill
         self._gap_failed = False
@@ -209,7 +205,7 @@ class Orchestrator:
         # Whether the prefill may sample the answer's first token (once, on NIXL's path).
         ask_first = self.first_token_on_prefill and first_token_allowed(request.sampling_params)
         repeat: TokenChunk | None = None  # sent from prefill; decode's first token repeats it
-        for number, transport in enumerate(self._plan()):
+        for number, transport in enumerate(self.plan):
             if repeat is not None:  # sent, and the attempt meant to repeat it failed
                 request, repeat = self._after(request, repeat), None
             attempt = (
@@ -369,20 +365,6 @@ class Orchestrator:
             return await prefill_once(self.prefill, request, transport, self.timeouts, timings)
         finally:
             self.prefills_in_flight -= 1
-
-    def _plan(self) -> tuple[Transport, ...]:
-        """This request's plan: ordered by the links measured, where that is known; the
-        configured plan if ordering fails or returns other transports."""
-        if self.plan_order is None:
-            return self.plan
-        try:
-            ordered = self.plan_order(self.plan)
-        except Exception:  # an ordering must never fail a request
-            logger.exception("ordering the transfer plan failed; using the configured one")
-            return self.plan
-        if sorted(ordered) != sorted(self.plan) or ordered[-1] is not Transport.RECOMPUTE:
-            return self.plan
-        return ordered
 
     def _release(self, result: PrefillResult) -> None:
         """Free a failed attempt's NIXL blocks on prefill now, without waiting for it."""

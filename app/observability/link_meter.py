@@ -88,14 +88,6 @@ class LinkMeter:
         if self._export is not None:
             self._export(prefill, transport, link)
 
-    def sources(self) -> tuple[list[str], list[str]]:
-        """The prefill replicas whose NIXL link is measured, and those of them that are slow
-        (the decode router's ``nixl_links`` and ``slow_links``: app.routing.link_choice)."""
-        with self._lock:
-            nixl = [(p, link) for (p, t), link in self.links.items() if t is Transport.NIXL]
-        measured = sorted(p for p, link in nixl if link.bytes_per_s > 0)
-        return measured, sorted(p for p, link in nixl if link.slow)
-
     def forget(self, prefill: str) -> None:
         """Stop exporting the links from a prefill replica that is gone."""
         with self._lock:

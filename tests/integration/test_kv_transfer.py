@@ -71,8 +71,3 @@ def test_decode_measures_each_prefill_link(apps, http):
         if link["transfers"] > before.get((link["prefill"], link["transport"]), 0)
     ]
     assert [link["transport"] for link in grown] == ["nixl"], grown
-    # The decode router sees the measured NIXL link (app.routing.link_choice); over shared
-    # memory on one host it is not slow, so the plan keeps NIXL first.
-    stats = decode.record_routing_stats.remote().result()
-    assert grown[0]["prefill"] in stats["nixl_links"], stats
-    assert stats["slow_links"] == [], stats
