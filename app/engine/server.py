@@ -39,7 +39,7 @@ from app.engine.setup import (
     engine_environment,
     side_channel_host,
 )
-from app.flow.first_token import first_token_params
+from app.flow.first_token import first_token_params, sampled_first_token
 from app.flow.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
 from app.kv import object_store, peer_fence, read_deadline
 from app.kv.failure import FailureKind, TransferFailure
@@ -187,19 +187,11 @@ class EngineServer(EngineControl):
             if not final.kv_transfer_params:
                 raise RuntimeError(f"prefill of {request.request_id} returned no KV location")
             sampled = final.outputs[0]
-            finish = sampled.finish_reason
-            if finish == "length" and request.sampling_params.max_tokens != 1:
-                finish = None  # this call's one token, not the answer's end
             yield PrefillResult(
                 kv_transfer_params=dict(final.kv_transfer_params),
                 num_prompt_tokens=len(request.prompt_token_ids),
                 num_cached_tokens=cached,
-                first_token=TokenChunk(
-                    text=sampled.text,
-                    token_ids=list(sampled.token_ids),
-                    finish_reason=finish,
-                    stop_reason=sampled.stop_reason,
-                )
+                first_token=sampled_first_token(sampled, request.sampling_params.max_tokens)
                 if first_token and sampled.token_ids
                 else None,
                 block_tokens=self.cache_block_tokens,

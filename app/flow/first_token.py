@@ -30,7 +30,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from app.flow.records import TokenChunk
+from app.flow.migration import continuation
+from app.flow.records import GenerateRequest, TokenChunk
 
 # vLLM samples greedily below this temperature (vllm.sampling_params._SAMPLING_EPS).
 _GREEDY_BELOW = 1e-5
@@ -44,7 +45,7 @@ def first_token_allowed(params: Any) -> bool:
     """Whether a request with vLLM ``SamplingParams`` ``params`` may take its first
     token from the prefill engine."""
     return (
-        getattr(params, "n", 1) == 1
+        params.n == 1
         and (params.max_tokens is None or params.max_tokens >= 1)
         and params.seed is None
         and params.logprobs is None
@@ -53,9 +54,8 @@ def first_token_allowed(params: Any) -> bool:
         and not params.presence_penalty
         and not params.frequency_penalty
         and params.repetition_penalty == 1.0
-        and getattr(params, "structured_outputs", None) is None
-        and not getattr(params, "logits_processors", None)
-        and not getattr(params, "bad_words", None)
+        and params.structured_outputs is None
+        and not params.bad_words
     )
 
 
@@ -84,6 +84,31 @@ def continues_in_place(num_prompt_tokens: int, block_tokens: int) -> bool:
     if block_tokens <= 0:
         return False
     return num_prompt_tokens % block_tokens not in (0, block_tokens - 1)
+
+
+def sampled_first_token(completion: Any, max_tokens: int | None) -> TokenChunk:
+    """The prefill's one ``CompletionOutput`` as the answer's first chunk. Its "length"
+    finish is this call's one token, the answer's end only where the answer is one
+    token long (``max_tokens``)."""
+    finish = completion.finish_reason
+    if finish == "length" and max_tokens != 1:
+        finish = None
+    return TokenChunk(
+        text=completion.text,
+        token_ids=list(completion.token_ids),
+        finish_reason=finish,
+        stop_reason=completion.stop_reason,
+    )
+
+
+def after_first_token(request: GenerateRequest, sent: TokenChunk) -> GenerateRequest:
+    """The request that continues ``request``'s answer after its first token ``sent``,
+    as a stream moved after one token does (:func:`app.flow.migration.continuation`)."""
+    return replace(
+        continuation(request, sent.token_ids, 0),
+        request_id=f"{request.request_id}.c",
+        origin_id=request.origin_id or request.request_id,
+    )
 
 
 def first_token_params(params: Any) -> Any:

@@ -26,12 +26,13 @@ from app.flow.decode_call import DecodeAttempt, first_chunk, note_kv
 from app.flow.disaggregation import decide
 from app.flow.first_token import (
     Diverged,
+    after_first_token,
     continues_in_place,
     first_token_allowed,
     is_greedy,
     without_repeat,
 )
-from app.flow.migration import AnswerText, ReplicaLost, continuation, resumable
+from app.flow.migration import AnswerText, ReplicaLost, resumable
 from app.flow.pool_client import PoolClient
 from app.flow.prefill_call import POOL_UNAVAILABLE, prefill_failure, prefill_once
 from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
@@ -207,7 +208,7 @@ class Orchestrator:
         repeat: TokenChunk | None = None  # sent from prefill; decode's first token repeats it
         for number, transport in enumerate(self.plan):
             if repeat is not None:  # sent, and the attempt meant to repeat it failed
-                request, repeat = self._after(request, repeat), None
+                request, repeat = after_first_token(request, repeat), None
             attempt = (
                 request
                 if number == 0
@@ -250,7 +251,7 @@ class Orchestrator:
                     if greedy:
                         repeat = sampled
                     else:  # decode goes on from prompt + that token
-                        request = attempt = self._after(request, sampled)
+                        request = attempt = after_first_token(request, sampled)
                 attempt = replace(
                     attempt,
                     kv_transfer_params=result.kv_transfer_params,
@@ -314,7 +315,7 @@ class Orchestrator:
             # round differently on two engines, rarely): the answer goes on from the one
             # sent, on decode, which now caches the prompt.
             assert repeat is not None
-            chunks = self._decode_only(self._after(request, repeat), timings)
+            chunks = self._decode_only(after_first_token(request, repeat), timings)
             try:
                 async for chunk in chunks:
                     yield chunk
@@ -322,17 +323,6 @@ class Orchestrator:
                 await chunks.aclose()  # type: ignore[attr-defined]
             return
         raise RuntimeError("every transport failed, recompute included")
-
-    @staticmethod
-    def _after(request: GenerateRequest, sent: TokenChunk) -> GenerateRequest:
-        """The request that continues ``request``'s answer after its first token ``sent``,
-        as a stream moved after one token does (:func:`app.flow.migration.continuation`)."""
-        return replace(
-            continuation(request, sent.token_ids, 0),
-            request_id=f"{request.request_id}.c",
-            origin_id=request.origin_id or request.request_id,
-            replica=request.replica,
-        )
 
     async def _decode_only(
         self, request: GenerateRequest, timings: RequestTimings
