@@ -52,7 +52,7 @@ from load_tests.process_usage import cpu_by_group, memory_by_group
 from load_tests.run_conditions import app_settings, machine
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import closed_loop, one_request
-from load_tests.workloads import fixed, mixed
+from load_tests.workloads import fixed, mixed, rate_rng
 from tests.harness.local_app import LocalApp, merge
 from tests.harness.vllm_server import MAX_MODEL_LEN, vllm_server
 
@@ -136,7 +136,7 @@ def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any
 
         def attained(rate: float) -> float:
             count = requests_at(rate, args.goodput_seconds, args.goodput_requests)
-            sweep = mixed(random.Random(args.seed + 2), count)
+            sweep = mixed(rate_rng(args.seed + 2, rate), count)
             timings, failures, _ = asyncio.run(
                 run_at_rate(url, sweep, rate, args.seed, progress=args.progress)
             )

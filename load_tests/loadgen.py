@@ -35,7 +35,7 @@ from app.planning.goodput import (
 from load_tests.run_conditions import app_settings, machine
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import one_request
-from load_tests.workloads import WORKLOADS, Request
+from load_tests.workloads import WORKLOADS, Request, rate_rng
 
 
 async def run_at_rate(
@@ -124,7 +124,7 @@ def main() -> None:
         batch = requests
         if args.goodput:  # at least --goodput-seconds of arrivals at every rate tried
             count = requests_at(rate, args.goodput_seconds, args.requests)
-            batch = WORKLOADS[args.workload](random.Random(args.seed), count)
+            batch = WORKLOADS[args.workload](rate_rng(args.seed, rate), count)
         timings, failures, wall = asyncio.run(run_at_rate(args.url, batch, rate, args.seed))
         runs.append({"rate": rate, **summary(timings, failures, wall, slo)})
         return float(runs[-1]["slo_attainment"])

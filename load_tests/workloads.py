@@ -12,6 +12,13 @@ from collections.abc import Callable
 Request = tuple[list[int], int]
 
 
+def rate_rng(seed: int, rate: float) -> random.Random:
+    """The generator for one rate of a sweep. Every rate tried gets prompts of its own: with
+    one seed for all, each rate re-sent the earlier rates' prompts, which the engines then
+    answered from their prefix caches, so later rates measured cached prefills."""
+    return random.Random(f"{seed}:{float(rate)!r}")
+
+
 def _tokens(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(3, 1000) for _ in range(n)]
 

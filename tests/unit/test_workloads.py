@@ -1,6 +1,6 @@
 import random
 
-from load_tests.workloads import WORKLOADS, fixed, mixed, shared_prefix
+from load_tests.workloads import WORKLOADS, fixed, mixed, rate_rng, shared_prefix
 
 
 def test_workloads_are_seeded():
@@ -25,3 +25,13 @@ def test_shared_prefix_reuses_a_few_system_prompts():
     requests = shared_prefix(random.Random(0), 40, systems=4, system_len=64)
     heads = {tuple(p[:64]) for p, _ in requests}
     assert len(heads) == 4
+
+
+def test_each_rate_of_a_sweep_gets_prompts_of_its_own():
+    # A goodput sweep sends a batch per rate; re-sending an earlier rate's prompts would be
+    # answered from the engines' prefix caches.
+    low = mixed(rate_rng(0, 2.0), 40)
+    high = mixed(rate_rng(0, 4.0), 80)
+    assert {tuple(p[:64]) for p, _ in low}.isdisjoint({tuple(p[:64]) for p, _ in high})
+    assert mixed(rate_rng(0, 4), 80) == high  # repeatable, int or float rate alike
+    assert mixed(rate_rng(1, 4.0), 80) != high
