@@ -165,6 +165,8 @@ def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any
     return row
 
 
+CHUNKED_STEPS = {"max_num_batched_tokens": 512, "long_prefill_token_threshold": 384}
+
 SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
     "splitserve disaggregated": lambda: splitserve("serve_configs/default.yaml"),
     "splitserve colocated": lambda: splitserve("serve_configs/colocated.yaml"),
@@ -181,6 +183,18 @@ SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
     "splitserve disaggregated, every prompt remote, first token on decode": lambda: splitserve(
         "serve_configs/default.yaml",
         {"router": {"local_prefill_below_tokens": 0, "first_token_on_prefill": False}},
+    ),
+    # The same, the prefill engine stepping at most 512 tokens, a long prompt at most 384
+    # of them while others wait: a short prompt behind a long one joins the next step.
+    "splitserve disaggregated, every prompt remote, prefill in 512-token steps": lambda: splitserve(
+        "serve_configs/default.yaml",
+        {
+            "router": {"local_prefill_below_tokens": 0},
+            "prefill": CHUNKED_STEPS,
+        },
+    ),
+    "splitserve colocated, 512-token steps": lambda: splitserve(
+        "serve_configs/colocated.yaml", {"decode": CHUNKED_STEPS}
     ),
     # The same app, its clients going through Serve's proxy (port 8000 under `make run`).
     "splitserve disaggregated, through Serve's proxy": lambda: splitserve(

@@ -111,6 +111,21 @@ class PoolConfig(DeploymentOptions):
         "applies only on hosts without one: the shipped configs bind each engine to one "
         "core, which a GPU engine must not be held to (and a container's cpuset may lack).",
     )
+    max_num_batched_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="The engine's token budget per step (vLLM `max_num_batched_tokens`): "
+        "a longer prompt is prefilled in chunks of at most this many tokens, one per step. "
+        "None keeps vLLM's default (on CPU, at least `model.max_model_len`).",
+    )
+    long_prefill_token_threshold: int = Field(
+        0,
+        ge=0,
+        description="The most tokens of one prompt an engine step takes while other requests "
+        "wait or run (vLLM `long_prefill_token_threshold`), so a prompt that arrives behind "
+        "a long one joins the next step instead of waiting for the whole long prefill. A "
+        "prompt alone in the engine is not capped. 0: no cap.",
+    )
     stream_interval_ms: float = Field(
         50.0,
         ge=0,
@@ -128,6 +143,16 @@ class PoolConfig(DeploymentOptions):
         "50 ms. Every chunk costs CPU in three processes (replica, ingress, proxy). "
         "0 always uses `stream_interval_ms`.",
     )
+
+    @model_validator(mode="after")
+    def _cap_within_budget(self) -> PoolConfig:
+        budget = self.max_num_batched_tokens
+        if budget is not None and self.long_prefill_token_threshold >= budget:
+            raise ValueError(
+                f"long_prefill_token_threshold ({self.long_prefill_token_threshold}) must be "
+                f"under max_num_batched_tokens ({budget}): a step would take no other prompt"
+            )
+        return self
 
 
 class AdmissionConfig(Strict):

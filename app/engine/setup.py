@@ -133,6 +133,7 @@ def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: 
         extension = lease_release.EXTENSION
     elif nixl and role is Role.DECODE:
         extension = read_deadline.EXTENSION
+    pool = config.prefill if role is Role.PREFILL else config.decode
     return AsyncEngineArgs(
         model=model_path,
         served_model_name=[model.name],
@@ -145,6 +146,8 @@ def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: 
         tensor_parallel_size=model.tensor_parallel_size,
         seed=model.seed,
         max_num_seqs=model.max_num_seqs,
+        max_num_batched_tokens=pool.max_num_batched_tokens,
+        long_prefill_token_threshold=pool.long_prefill_token_threshold,
         kv_transfer_config=kv_transfer,
         worker_extension_cls=extension,
         structured_outputs_config=StructuredOutputsConfig(

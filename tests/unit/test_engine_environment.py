@@ -4,6 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import AppConfig
+from app.engine import setup as engine_setup
 from app.engine.setup import engine_environment, side_channel_host
 from app.flow.records import Role
 from app.kv import nixl_progress
@@ -95,3 +96,20 @@ def test_a_gpu_host_picks_cuda_buffers_for_auto(monkeypatch):
         monkeypatch.setattr(engine_setup, "_on_gpu", lambda on_gpu=on_gpu: on_gpu)
         kv = engine_setup.kv_transfer_config(Role.DECODE, config, "decode-1")
         assert kv.kv_buffer_device == device
+
+
+def test_each_pool_sets_its_own_step_budget_and_long_prompt_cap():
+    config = AppConfig.model_validate(
+        {"prefill": {"max_num_batched_tokens": 512, "long_prefill_token_threshold": 384}}
+    )
+    prefill = engine_setup.engine_arguments(Role.PREFILL, config, "/model", "prefill-1")
+    assert (prefill.max_num_batched_tokens, prefill.long_prefill_token_threshold) == (512, 384)
+    decode = engine_setup.engine_arguments(Role.DECODE, config, "/model", "decode-1")
+    assert (decode.max_num_batched_tokens, decode.long_prefill_token_threshold) == (None, 0)
+
+
+def test_a_long_prompt_cap_must_leave_room_in_the_step():
+    with pytest.raises(ValidationError, match="long_prefill_token_threshold"):
+        AppConfig.model_validate(
+            {"decode": {"max_num_batched_tokens": 256, "long_prefill_token_threshold": 256}}
+        )
