@@ -1,5 +1,6 @@
 """One decode attempt with transferred KV, as the orchestrator sees it: its first chunk
-within the transfer's timeout, what is known of it, and the KV's figures it reports."""
+within the transfer's timeout, what is known of it, and the KV's figures it reports; and
+a request served on the decode pool alone."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from app.flow.records import Started, TokenChunk
+from app.flow.pool_client import PoolClient
+from app.flow.records import GenerateRequest, Started, TokenChunk
 from app.flow.request_timings import RequestTimings
 from app.kv.failure import FailureKind, TransferFailure
 from app.kv.fallback import Transport
@@ -67,3 +69,25 @@ def note_kv(chunk: TokenChunk, timings: RequestTimings, publish_s: float) -> Non
         timings.kv_fetch_s = chunk.kv_fetch_s or timings.kv_fetch_s
         timings.transfer.kv_bytes = chunk.kv_bytes or timings.transfer.kv_bytes
         timings.transfer.transfer_s = publish_s + timings.kv_fetch_s
+
+
+async def decode_only(
+    decode: PoolClient, request: GenerateRequest, timings: RequestTimings
+) -> AsyncIterator[TokenChunk]:
+    """The whole request on the decode (or colocated) pool: no KV moves."""
+    stream = decode.generate(request)
+    queued = time.perf_counter()
+    started = None
+    try:
+        async for item in stream:
+            if isinstance(item, Started):
+                started = time.perf_counter()
+                timings.decode_queue_s += started - queued
+                timings.decode_engine = item.engine_id
+                continue
+            if started is not None:
+                timings.decode_first_token_s = time.perf_counter() - started
+                started = None
+            yield item
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]

@@ -9,7 +9,8 @@ last is always a local recompute on the decode replica. In colocated mode the de
 pool serves the whole request. Pools are reached through
 :class:`~app.flow.pool_client.PoolClient`, so this logic runs the same against Ray Serve
 handles and against test fakes. One prefill call is :mod:`app.flow.prefill_call`; one
-decode attempt's first chunk, :mod:`app.flow.decode_call`.
+decode attempt's first chunk, and a request on decode alone, :mod:`app.flow.decode_call`;
+how long kept NIXL blocks may still be read, :mod:`app.flow.kv_lease`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import replace
 
 from app.api.errors import describe_failure
 from app.config import MigrationConfig, Mode, TransportConfig
-from app.flow.decode_call import DecodeAttempt, first_chunk, note_kv
+from app.flow.decode_call import DecodeAttempt, decode_only, first_chunk, note_kv
 from app.flow.disaggregation import decide
 from app.flow.first_token import (
     Diverged,
@@ -32,10 +33,11 @@ from app.flow.first_token import (
     is_greedy,
     without_repeat,
 )
+from app.flow.kv_lease import kv_expiry
 from app.flow.migration import AnswerText, ReplicaLost, resumable
 from app.flow.pool_client import PoolClient
 from app.flow.prefill_call import POOL_UNAVAILABLE, prefill_failure, prefill_once
-from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
+from app.flow.records import GenerateRequest, PrefillResult, TokenChunk
 from app.flow.request_timings import RequestTimings
 from app.kv.failure import FailureKind, TransferFailure
 from app.kv.fallback import Attempt, TransferReport, Transport
@@ -119,7 +121,7 @@ class Orchestrator:
             if current is not request:  # a continuation makes its own transfer decision
                 timings.transfer = TransferReport()
             if self.mode is Mode.COLOCATED:
-                return self._decode_only(current, timings)
+                return decode_only(self.decode, current, timings)
             return self._disaggregated(current, timings)
 
         chunks = resumable(
@@ -184,7 +186,7 @@ class Orchestrator:
         chunks = (
             self._transferred(request, timings)
             if decision.remote
-            else self._decode_only(request, timings)
+            else decode_only(self.decode, request, timings)
         )
         try:
             async for chunk in chunks:
@@ -257,7 +259,9 @@ class Orchestrator:
                     kv_transfer_params=result.kv_transfer_params,
                     kv_object=result.kv_object,
                     kv_num_tokens=result.num_prompt_tokens,
-                    kv_expires_at=self._kv_expiry() if result.kv_transfer_params else None,
+                    kv_expires_at=(
+                        kv_expiry(self.timeouts.kv_lease_s) if result.kv_transfer_params else None
+                    ),
                     kv_source=result.replica,
                 )
                 report.transfer_s = result.publish_s
@@ -315,7 +319,7 @@ class Orchestrator:
             # round differently on two engines, rarely): the answer goes on from the one
             # sent, on decode, which now caches the prompt.
             assert repeat is not None
-            chunks = self._decode_only(after_first_token(request, repeat), timings)
+            chunks = decode_only(self.decode, after_first_token(request, repeat), timings)
             try:
                 async for chunk in chunks:
                     yield chunk
@@ -323,27 +327,6 @@ class Orchestrator:
                 await chunks.aclose()  # type: ignore[attr-defined]
             return
         raise RuntimeError("every transport failed, recompute included")
-
-    async def _decode_only(
-        self, request: GenerateRequest, timings: RequestTimings
-    ) -> AsyncIterator[TokenChunk]:
-        """The whole request on the decode (or colocated) pool: no KV moves."""
-        stream = self.decode.generate(request)
-        queued = time.perf_counter()
-        started = None
-        try:
-            async for item in stream:
-                if isinstance(item, Started):
-                    started = time.perf_counter()
-                    timings.decode_queue_s += started - queued
-                    timings.decode_engine = item.engine_id
-                    continue
-                if started is not None:
-                    timings.decode_first_token_s = time.perf_counter() - started
-                    started = None
-                yield item
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]
 
     async def _prefill(
         self, request: GenerateRequest, transport: Transport, timings: RequestTimings
@@ -363,19 +346,6 @@ class Orchestrator:
         self._releases.add(task)
         task.add_done_callback(self._releases.discard)
 
-    def _kv_expiry(self) -> float:
-        """The latest a decode replica may start reading NIXL blocks prefill just kept.
-
-        Decode's engine renews prefill's lease by heartbeats once the request is in its
-        scheduler, but vLLM 0.32 sends them every ``kv_lease_s // 6`` s on one timer for
-        all requests: a request added just after a heartbeat waits that long for its
-        first. So a decode start needs more than that interval of lease left, plus a
-        margin for the hop into the engine and for clocks; else prefill could free and
-        reuse the blocks under the read (wrong tokens, no error).
-        """
-        lease = self.timeouts.kv_lease_s
-        return time.time() + lease - (lease // 6 + _LEASE_SLACK_S)
-
     def _token_gap(self, seconds: float, remote: bool) -> None:
         assert self.on_token_gap is not None
         try:
@@ -392,10 +362,6 @@ class Orchestrator:
             self.on_transfer(report)
         except Exception:  # metrics must never fail a request
             logger.exception("recording the transfer report failed")
-
-
-# Beyond vLLM's heartbeat interval: the hop into the decode engine, and clock skew.
-_LEASE_SLACK_S = 2.0
 
 
 def _log_fallback(request: GenerateRequest, transport: Transport, failure: TransferFailure) -> None:
