@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from app.config.base import Mode, Strict
 from app.config.deployment import IngressConfig, PoolConfig
@@ -36,3 +36,22 @@ class AppConfig(Strict):
         default_factory=lambda: PoolConfig(cpu_binding="1"),
         description="The decode pool; in colocated mode, the only pool.",
     )
+
+    @model_validator(mode="after")
+    def _step_budgets_fit_the_model(self) -> AppConfig:
+        # vLLM refuses these only when the engine starts; name the field here instead.
+        for name, pool in (("prefill", self.prefill), ("decode", self.decode)):
+            budget = pool.max_num_batched_tokens
+            if budget is not None and budget < self.model.max_num_seqs:
+                raise ValueError(
+                    f"{name}.max_num_batched_tokens ({budget}) must be at least "
+                    f"model.max_num_seqs ({self.model.max_num_seqs}): every running "
+                    "sequence needs a token of the step"
+                )
+            if pool.long_prefill_token_threshold > self.model.max_model_len:
+                raise ValueError(
+                    f"{name}.long_prefill_token_threshold "
+                    f"({pool.long_prefill_token_threshold}) is over model.max_model_len "
+                    f"({self.model.max_model_len})"
+                )
+        return self

@@ -113,3 +113,16 @@ def test_a_long_prompt_cap_must_leave_room_in_the_step():
         AppConfig.model_validate(
             {"decode": {"max_num_batched_tokens": 256, "long_prefill_token_threshold": 256}}
         )
+
+
+@pytest.mark.parametrize(
+    ("pool", "field"),
+    [
+        ({"max_num_batched_tokens": 32}, "prefill.max_num_batched_tokens"),
+        ({"long_prefill_token_threshold": 4096}, "prefill.long_prefill_token_threshold"),
+    ],
+)
+def test_step_settings_that_vllm_would_refuse_at_start_are_refused_with_the_field(pool, field):
+    # model.max_num_seqs is 64 and model.max_model_len 2048 by default.
+    with pytest.raises(ValidationError, match=field.replace(".", r"\.")):
+        AppConfig.model_validate({"prefill": pool})
