@@ -69,7 +69,7 @@ def _router_options(role: str, config: AppConfig) -> dict[str, Any]:
 
 
 def _pool(role: str, config: AppConfig, prefill: Application | None = None) -> Application:
-    pool = config.prefill if role == "prefill" else config.decode
+    pool = config.pool_for(role)
     deployment: Deployment = serve.deployment()(LLMServer)
     return deployment.options(
         name=POOL_NAMES[role],

@@ -80,7 +80,7 @@ class LLMServer:
         # An engine that died warming up must not be counted ready.
         await self.server.engine.check_health()
         # What the SLO autoscaling policy reads, counted from here (warm-up left out).
-        pool_config = config.prefill if self.role is Role.PREFILL else config.decode
+        pool_config = config.pool_for(self.role)
         scaling = pool_config.autoscaling_config
         window_s = max(2.0, scaling.look_back_period_s) if scaling else 10.0
         self.window = WindowStats(window_s, config.slo.percentile)

@@ -37,6 +37,11 @@ class AppConfig(Strict):
         description="The decode pool; in colocated mode, the only pool.",
     )
 
+    def pool_for(self, role: str) -> PoolConfig:
+        """The pool whose engines play ``role``: ``prefill``; ``decode`` and ``colocated``
+        (whose only pool is `decode`)."""
+        return self.prefill if role == "prefill" else self.decode
+
     @model_validator(mode="after")
     def _step_budgets_fit_the_model(self) -> AppConfig:
         # vLLM refuses these only when the engine starts; name the field here instead.

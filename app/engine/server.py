@@ -102,7 +102,7 @@ class EngineServer(EngineControl):
         """Build and start a vLLM engine for ``role`` in this process (of Serve ``application``)."""
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        pool = config.prefill if role is Role.PREFILL else config.decode
+        pool = config.pool_for(role)
         engine_id = f"{role.value}-{uuid.uuid4().hex[:12]}"
         swept = object_store.sweep_orphans()
         if swept:

@@ -133,7 +133,7 @@ def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: 
         extension = lease_release.EXTENSION
     elif nixl and role is Role.DECODE:
         extension = read_deadline.EXTENSION
-    pool = config.prefill if role is Role.PREFILL else config.decode
+    pool = config.pool_for(role)
     return AsyncEngineArgs(
         model=model_path,
         served_model_name=[model.name],

@@ -12,7 +12,7 @@ from app.kv import nixl_progress
 
 def _env(role: Role, **transport):
     config = AppConfig.model_validate({"transport": transport})
-    pool = config.prefill if role is Role.PREFILL else config.decode
+    pool = config.pool_for(role)
     return engine_environment(role, pool, config, side_channel_port=5555)
 
 
