@@ -234,7 +234,7 @@ def conditions(args: argparse.Namespace) -> dict[str, Any]:
         "cores": {
             "splitserve disaggregated": "prefill engine core 0, decode engine core 1",
             "splitserve colocated": "engine core 0, frontend floats",
-            "vLLM OpenAI server": "engine core 0, frontend floats",
+            "vLLM OpenAI server": "engine core and worker processes core 0, API server floats",
             "Ray Serve LLM PD": "prefill engine core 0, decode engine core 1",
         },
         "splitserve": "serve_configs defaults (stream batching 50 ms / 200 chunks/s, prompts "

@@ -1,14 +1,17 @@
-"""Why vLLM's own server ran slow in the compare harness: the same c=16 load, two clients.
+"""Why vLLM's own server ran slow in the compare harness: the same c=16 load, two
+clients, two placements of vLLM's engine-core process.
 
     .venv/bin/python -m load_tests.vllm_baseline [--requests 128] [--cores 0]
 
-Starts vLLM's OpenAI server as ``load_tests.compare`` does (the builtin tiny model,
-engine bound to ``--cores``) and runs 128-in / 128-out at concurrency 16, once with the
-compare harness's own client (httpx, ``load_tests.stream_bench``) and once with vLLM's
-benchmark client (``vllm.benchmarks.serve``, a client nobody here wrote), in turn and
-then again in the other order. For each run: output tokens per second, TTFT p50, and
-the CPU seconds per wall second of the client (this process) and of each server process
-(API server, engine core, worker). Writes JSON to ``--out``.
+Starts vLLM's OpenAI server on the builtin tiny model with its worker bound to
+``--cores`` (``VLLM_CPU_OMP_THREADS_BIND``) and runs 128-in / 128-out at concurrency 16
+with the compare harness's own client (httpx, ``load_tests.stream_bench``) and with
+vLLM's benchmark client (``vllm.benchmarks.serve``, a client nobody here wrote). It does
+so with the engine-core process floating, as vLLM leaves it, and bound to the worker's
+cores, as ``load_tests.compare`` now starts it (``tests/harness/vllm_server.py``), in the
+order floating, bound, bound, floating. For each run: output tokens per second, TTFT
+p50, and the CPU seconds per wall second of the client (this process) and of each
+server process (API server, engine core, worker). Writes JSON to ``--out``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,7 @@ from app.engine.model_source import resolve_model
 from load_tests.compare import fixed_load
 from load_tests.run_conditions import machine
 from load_tests.stream_bench import one_request
-from tests.harness.vllm_server import vllm_server
+from tests.harness.vllm_server import bind_engine_processes, vllm_server
 
 
 def _processes(port: int) -> dict[str, psutil.Process]:
@@ -85,7 +89,9 @@ def _vllm_bench(url: str, count: int, concurrency: int) -> dict[str, Any]:
     }
 
 
-def run_one(client: str, url: str, port: int, args: argparse.Namespace) -> dict[str, Any]:
+def run_one(
+    client: str, layout: str, url: str, port: int, args: argparse.Namespace
+) -> dict[str, Any]:
     servers = _processes(port)
     me = psutil.Process()
     before, mine = _cpu(servers), me.cpu_times()
@@ -104,6 +110,7 @@ def run_one(client: str, url: str, port: int, args: argparse.Namespace) -> dict[
     client_s = (mine_after.user + mine_after.system) - (mine.user + mine.system)
     return {
         "client": client,
+        "engine_core": layout,
         **{k: round(v, 2) for k, v in got.items()},
         "wall_s": round(wall, 2),
         "cpu_per_wall_s": {
@@ -122,15 +129,40 @@ def main() -> None:
     parser.add_argument("--out", default="load_tests/results/vllm_baseline.json")
     args = parser.parse_args()
     runs = []
-    with vllm_server(port=args.port, cores=args.cores) as url:
+    with vllm_server(port=args.port, cores=args.cores, bind_engine=False) as url:
+        server = _processes(args.port)["api_server"].pid
+        as_vllm_left_it = _placement(server)
         asyncio.run(_warm(url))
-        for client in ("harness", "vllm_bench", "vllm_bench", "harness"):
-            runs.append(run_one(client, url, args.port, args))
-            print(json.dumps(runs[-1]), flush=True)
+        for number, layout in enumerate(("floating", "bound", "bound", "floating")):
+            if layout == "bound":
+                bind_engine_processes(server, args.cores)
+            else:  # as vLLM leaves it: the worker's OpenMP threads alone are bound
+                _restore(as_vllm_left_it)
+            clients = ("harness", "vllm_bench") if number % 2 == 0 else ("vllm_bench", "harness")
+            for client in clients:
+                runs.append(run_one(client, layout, url, args.port, args))
+                print(json.dumps(runs[-1]), flush=True)
     result = {"conditions": {**vars(args), "machine": machine()}, "runs": runs}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
+
+
+def _placement(server_pid: int) -> dict[int, set[int]]:
+    """The cores each thread of the server's child processes may run on, by thread id."""
+    placement = {}
+    for child in psutil.Process(server_pid).children(recursive=True):
+        for thread in os.listdir(f"/proc/{child.pid}/task"):
+            placement[int(thread)] = os.sched_getaffinity(int(thread))
+    return placement
+
+
+def _restore(placement: dict[int, set[int]]) -> None:
+    for thread, cores in placement.items():
+        try:
+            os.sched_setaffinity(thread, cores)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            continue
 
 
 async def _warm(url: str) -> None:

@@ -12,7 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
+import psutil
 
+from app.engine.cpu_affinity import bind_threads, parse_cores
 from app.engine.model_source import resolve_model
 
 MAX_MODEL_LEN = 2048  # room for the mix's 1536-token prompts
@@ -20,10 +22,20 @@ MAX_MODEL_LEN = 2048  # room for the mix's 1536-token prompts
 
 @contextmanager
 def vllm_server(
-    port: int = 8011, cores: str = "0", extra_args: list[str] | None = None
+    port: int = 8011,
+    cores: str = "0",
+    extra_args: list[str] | None = None,
+    bind_engine: bool = True,
 ) -> Iterator[str]:
     """vLLM's OpenAI server on the builtin model, engine bound to ``cores``; ``extra_args``
     are more of its flags.
+
+    vLLM's CPU platform binds only its worker's OpenMP threads (``VLLM_CPU_OMP_THREADS_BIND``);
+    its engine-core process floats, and it busy-polls the worker's shared-memory queue, so
+    on a core of its own it takes most of that core from the API server and the client.
+    With ``bind_engine`` (the default) every process the server spawned (engine core,
+    worker) is bound to ``cores`` once it is up, as splitserve binds its engines
+    (:mod:`app.engine.binding`); docs/performance.md, section 14, measures both.
 
     It runs in a process group of its own, stopped as a whole: the engine core it
     spawns goes with it.
@@ -61,6 +73,8 @@ def vllm_server(
             time.sleep(0.5)
         else:
             raise RuntimeError("vLLM's server did not become healthy in 180 s")
+        if bind_engine:
+            bind_engine_processes(process.pid, cores)
         yield url
     finally:
         os.killpg(process.pid, signal.SIGTERM)
@@ -69,3 +83,12 @@ def vllm_server(
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def bind_engine_processes(server_pid: int, cores: str) -> list[int]:
+    """Bind every thread of every process vLLM's server ``server_pid`` spawned (its engine
+    core and worker; not the API server itself) to ``cores``; returns their PIDs."""
+    pids = [child.pid for child in psutil.Process(server_pid).children(recursive=True)]
+    for pid in pids:
+        bind_threads(pid, parse_cores(cores))
+    return pids

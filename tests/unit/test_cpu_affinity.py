@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -110,3 +111,34 @@ def test_vllms_own_choices_bind_nothing(binding):
     from app.engine.binding import bind_engine
 
     bind_engine(binding, "decode")  # "all" / "nobind" are not core lists: parsing them raises
+
+
+def test_vllm_servers_engine_processes_are_bound_and_the_server_is_not():
+    """The compare harness binds vLLM's engine core and worker (the server's children) to
+    the engine's cores, and leaves its API server where it was."""
+    from tests.harness.vllm_server import bind_engine_processes
+
+    code = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', "
+        "'import threading, time; threading.Thread(target=time.sleep, args=(30,), daemon=True)"
+        ".start(); print(1, flush=True); time.sleep(30)'], stdout=subprocess.PIPE, text=True); "
+        "c.stdout.readline(); print(c.pid, flush=True); time.sleep(30)"
+    )
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = 0
+    try:
+        assert server.stdout is not None
+        child = int(server.stdout.readline())
+        allowed = os.sched_getaffinity(0)
+        core = min(allowed)
+        assert bind_engine_processes(server.pid, str(core)) == [child]
+        threads = os.listdir(f"/proc/{child}/task")
+        assert len(threads) >= 2
+        assert all(os.sched_getaffinity(int(t)) == {core} for t in threads)
+        assert os.sched_getaffinity(server.pid) == allowed
+    finally:
+        if child:
+            os.kill(child, signal.SIGKILL)
+        server.kill()
+        server.wait()
