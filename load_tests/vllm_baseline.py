@@ -153,7 +153,10 @@ def _placement(server_pid: int) -> dict[int, set[int]]:
     placement = {}
     for child in psutil.Process(server_pid).children(recursive=True):
         for thread in os.listdir(f"/proc/{child.pid}/task"):
-            placement[int(thread)] = os.sched_getaffinity(int(thread))
+            try:
+                placement[int(thread)] = os.sched_getaffinity(int(thread))
+            except ProcessLookupError:  # a thread that ended meanwhile
+                continue
     return placement
 
 
