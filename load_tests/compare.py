@@ -41,7 +41,8 @@ import httpx
 from app.planning.goodput import (
     add_slo_options,
     attainment,
-    find_goodput,
+    find_goodput_repeated,
+    median_goodput,
     misses,
     requests_at,
     slo_from_options,
@@ -134,9 +135,9 @@ def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any
         slo, target = slo_from_options(args)
         breakdown: list[dict[str, Any]] = []  # per rate tried: where requests missed
 
-        def attained(rate: float) -> float:
+        def attained(rate: float, repeat: int) -> float:
             count = requests_at(rate, args.goodput_seconds, args.goodput_requests)
-            sweep = mixed(rate_rng(args.seed + 2, rate), count)
+            sweep = mixed(rate_rng(args.seed + 2 + 1000 * repeat, rate), count)
             timings, failures, _ = asyncio.run(
                 run_at_rate(url, sweep, rate, args.seed, progress=args.progress)
             )
@@ -144,6 +145,7 @@ def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any
             long = [t for t in timings if t.prompt_tokens > 128]
             breakdown.append(
                 {
+                    "repeat": repeat,
                     "rate": rate,
                     "failed": len(failures),
                     "short": misses(short, slo),
@@ -152,15 +154,18 @@ def measure(url: str, args: argparse.Namespace, started: float) -> dict[str, Any
             )
             return attainment(timings, slo, failed=len(failures))
 
-        search = find_goodput(
+        searches = find_goodput_repeated(
             attained,
+            args.goodput_repeats,
             start_rate=args.goodput_start_rate,
             target=target,
             bisections=3,
             max_rate=args.goodput_max_rate,
         )
-        row["goodput_req_per_s"] = search.goodput
-        row["goodput_tried"] = search.tried
+        # The median of the searches; each search's own, in order, and every rate tried.
+        row["goodput_req_per_s"] = median_goodput(searches)
+        row["goodput_runs_req_per_s"] = [search.goodput for search in searches]
+        row["goodput_tried"] = [tried for search in searches for tried in search.tried]
         row["goodput_breakdown"] = breakdown
     return row
 
@@ -292,11 +297,20 @@ def main() -> None:
         help="stop the sweep here (one Python client on 2 cores cannot send much more)",
     )
     parser.add_argument("--goodput-start-rate", type=float, default=2.0)
+    parser.add_argument(
+        "--goodput-repeats",
+        type=int,
+        default=1,
+        help="goodput searches per system, one after another, each with prompts of its "
+        "own; the row gives their median and each one",
+    )
     add_slo_options(parser, ttft_ms=200.0, tpot_ms=20.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--out", default="load_tests/results/compare.json")
     args = parser.parse_args()
+    if args.goodput_repeats < 1:
+        parser.error(f"--goodput-repeats must be at least 1, got {args.goodput_repeats}")
     rows: dict[str, dict[str, Any]] = {}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     for name in args.systems:

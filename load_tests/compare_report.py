@@ -53,11 +53,15 @@ def tables(result: dict[str, Any]) -> str:
     for name, r in rows.items():
         m = r["mixed"]
         goodput = r.get("goodput_req_per_s")
+        shown = "n/a" if goodput is None else f"{goodput:g}"
+        runs = r.get("goodput_runs_req_per_s") or []
+        if len(runs) > 1:  # the median of several searches, and their spread
+            shown += f" ({min(runs):g} to {max(runs):g})"
         out.append(
             f"| {name} | {m['short_ttft_ms']['p50']:.1f} / {m['short_ttft_ms']['p99']:.1f} | "
             f"{m['short_itl_ms']['p50']:.1f} / {m['short_itl_ms']['p99']:.1f} | "
             f"{m['short_tpot_ms']['p50']:.2f} | {m['long_ttft_ms']['p50']:.1f} | "
-            f"{m['failed']} | {'n/a' if goodput is None else f'{goodput:g}'} |"
+            f"{m['failed']} | {shown} |"
         )
     out += [
         "",

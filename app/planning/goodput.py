@@ -11,6 +11,7 @@ simulation (the planner) both use this one search and this one SLO check.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -147,3 +148,24 @@ def find_goodput(
             high = middle
     search.goodput = low
     return search
+
+
+def find_goodput_repeated(
+    measure: Callable[[float, int], float], repeats: int, **search: Any
+) -> list[GoodputSearch]:
+    """``repeats`` searches one after another (:func:`find_goodput`'s ``search``
+    arguments), ``measure(rate, repeat)`` sending requests of its own in each: on a shared
+    machine one search's goodput can be off by a factor of two, so a run reports the
+    median and the spread."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+
+    def at(repeat: int) -> Callable[[float], float]:
+        return lambda rate: measure(rate, repeat)
+
+    return [find_goodput(at(repeat), **search) for repeat in range(repeats)]
+
+
+def median_goodput(searches: Sequence[GoodputSearch]) -> float:
+    """The median of the searches' goodputs."""
+    return float(statistics.median(search.goodput for search in searches))

@@ -2,7 +2,15 @@ import math
 
 import pytest
 
-from app.planning.goodput import SLO, attainment, find_goodput, misses, requests_at
+from app.planning.goodput import (
+    SLO,
+    attainment,
+    find_goodput,
+    find_goodput_repeated,
+    median_goodput,
+    misses,
+    requests_at,
+)
 from load_tests.stats import StreamTiming
 
 SLO_ = SLO(ttft_s=0.2, tpot_s=0.05)
@@ -73,3 +81,62 @@ def test_each_rate_lasts_the_given_seconds_with_a_floor():
     assert requests_at(10.0, 20.0, 40) == 200
     assert requests_at(0.5, 20.0, 40) == 40
     assert requests_at(2.5, 3.0, 1) == 8  # rounded up
+
+
+def test_repeated_searches_each_measure_with_their_own_repeat_and_report_the_median():
+    """A machine that drifts: each repeat's capacity differs; the run gives the median."""
+    capacities = [3.0, 8.0, 6.0]
+    calls: list[tuple[float, int]] = []
+
+    def measure(rate: float, repeat: int) -> float:
+        calls.append((rate, repeat))
+        return float(_capacity_model(capacities[repeat])(rate))
+
+    searches = find_goodput_repeated(measure, 3, start_rate=1.0, bisections=8)
+    found = [search.goodput for search in searches]
+    assert [c * 0.97 <= g <= c for c, g in zip(capacities, found, strict=True)] == [True] * 3
+    assert median_goodput(searches) == sorted(found)[1]
+    # The repeats ran one after another, each told which it is.
+    repeats = [repeat for _, repeat in calls]
+    assert repeats == sorted(repeats) and set(repeats) == {0, 1, 2}
+
+
+def test_a_repeat_count_under_one_is_refused():
+    with pytest.raises(ValueError, match="repeats must be at least 1, got 0"):
+        find_goodput_repeated(lambda rate, repeat: 1.0, 0, start_rate=1.0)
+
+
+def test_the_report_shows_the_median_goodput_with_its_spread():
+    from load_tests.compare_report import tables
+
+    stream = {"ttft_ms": {"p50": 10.0, "p99": 20.0}, "tpot_ms": {"p50": 2.0}}
+    mixed = {
+        "short_ttft_ms": {"p50": 20.0, "p99": 90.0},
+        "short_itl_ms": {"p50": 3.0, "p99": 9.0},
+        "short_tpot_ms": {"p50": 3.0},
+        "long_ttft_ms": {"p50": 140.0},
+        "failed": 0,
+    }
+    row = {
+        "startup_s": 30.0,
+        "idle_cpu_total_pct": 10.0,
+        "rss_total_mib": 1.0,
+        "pss_total_mib": 1.0,
+        "c1": stream,
+        "c16": {**stream, "output_tok_per_s": 2000.0},
+        "mixed": mixed,
+    }
+    text = tables(
+        {
+            "rows": {
+                "one search": {**row, "goodput_req_per_s": 9.0},
+                "three searches": {
+                    **row,
+                    "goodput_req_per_s": 6.0,
+                    "goodput_runs_req_per_s": [3.5, 8.0, 6.0],
+                },
+            }
+        }
+    )
+    assert "| 0 | 9 |" in text
+    assert "| 0 | 6 (3.5 to 8) |" in text
