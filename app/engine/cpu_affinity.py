@@ -65,13 +65,14 @@ def pin_process(spec: str, field: str) -> set[int]:
     return cores
 
 
-def pin_children(spec: str, field: str) -> tuple[set[int], list[int]]:
-    """Bind every thread of every process this one started (at any depth) to ``spec``'s
-    cores; returns the cores and the PIDs bound. Errors as :func:`pin_process`."""
+def pin_children(spec: str, field: str, parent: int | None = None) -> tuple[set[int], list[int]]:
+    """Bind every thread of every process this one (or ``parent``) started, at any depth,
+    to ``spec``'s cores; returns the cores and the PIDs bound. Errors as
+    :func:`pin_process`."""
     import psutil
 
     cores = allowed_cores(spec, field)
-    pids = [child.pid for child in psutil.Process().children(recursive=True)]
+    pids = [child.pid for child in psutil.Process(parent).children(recursive=True)]
     for pid in pids:
         bind_threads(pid, cores)
     return cores, pids

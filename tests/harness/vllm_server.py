@@ -12,9 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
-import psutil
 
-from app.engine.cpu_affinity import allowed_cores, bind_threads
+from app.engine.cpu_affinity import pin_children
 from app.engine.model_source import resolve_model
 
 MAX_MODEL_LEN = 2048  # room for the mix's 1536-token prompts
@@ -89,8 +88,4 @@ def bind_engine_processes(server_pid: int, cores: str) -> list[int]:
     """Bind every thread of every process vLLM's server ``server_pid`` spawned (its engine
     core and worker; not the API server itself) to those of ``cores`` this process may use;
     returns their PIDs."""
-    allowed = allowed_cores(cores, "vllm_server cores")
-    pids = [child.pid for child in psutil.Process(server_pid).children(recursive=True)]
-    for pid in pids:
-        bind_threads(pid, allowed)
-    return pids
+    return pin_children(cores, "vllm_server cores", parent=server_pid)[1]
