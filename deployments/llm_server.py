@@ -136,7 +136,9 @@ class LLMServer:
         return (await self.server.release_kv(release.kv_transfer_params)).value
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Started | TokenChunk]:
-        async for chunk in self.server.generate(request):
+        chunks = self.server.generate(request)
+        del request  # the engine server lets go of an object-store KV once it has it
+        async for chunk in chunks:
             yield chunk
 
     def stats(self) -> EngineStats:

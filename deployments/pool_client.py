@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from app.api.errors import describe_failure
@@ -81,7 +81,7 @@ async def _relay(stream: Any) -> AsyncIterator[Any]:
         cause = lost_cause(exc)
         if cause is None:
             raise
-        raise ReplicaLost(cause, describe_failure(exc)) from exc
+        raise ReplicaLost(cause, describe_failure(exc), certain=not unreachable(exc)) from exc
     finally:
         if not finished:
             stream.cancel()
@@ -99,6 +99,24 @@ def _replica_gone() -> tuple[type[BaseException], ...]:
 
 def lost_cause(exc: BaseException) -> LostCause | None:
     """Whether ``exc`` says the replica serving a call died (or only its engine), else None."""
+    for error in _chain(exc):
+        if isinstance(error, _replica_gone()):
+            return LostCause.REPLICA_DIED
+        if type(error).__name__ == "EngineDeadError":  # vllm.v1.engine.exceptions
+            return LostCause.ENGINE_DIED
+    return None
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says only that the replica cannot be reached for now (Ray's
+    ``ActorUnavailableError``), not that it died: what it was doing may go on."""
+    from ray.exceptions import ActorUnavailableError
+
+    return any(isinstance(error, ActorUnavailableError) for error in _chain(exc))
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception it wraps (Ray's ``cause``, ``__cause__``, ``__context__``)."""
     seen: set[int] = set()
     pending: list[BaseException | None] = [exc]
     while pending:
@@ -106,9 +124,5 @@ def lost_cause(exc: BaseException) -> LostCause | None:
         if error is None or id(error) in seen:
             continue
         seen.add(id(error))
-        if isinstance(error, _replica_gone()):
-            return LostCause.REPLICA_DIED
-        if type(error).__name__ == "EngineDeadError":  # vllm.v1.engine.exceptions
-            return LostCause.ENGINE_DIED
+        yield error
         pending += [getattr(error, "cause", None), error.__cause__, error.__context__]
-    return None

@@ -11,8 +11,9 @@ output options, logprobs formatting, SSE framing, usage) is vLLM's own code, unc
 How the features that need more than one engine request are served:
 
 - ``n > 1``: sample 0 is served like any request (its prompt's KV moves to decode);
-  samples 1..n-1 start once sample 0 has streamed its first token, prefilled on decode,
-  where the prompt is then in the prefix cache (decision ``parallel_sample``). With a
+  samples 1..n-1 start once sample 0 has streamed its first chunk from decode (not a first
+  token sampled on prefill, which comes before the KV moves), prefilled on decode, where
+  the prompt is then in the prefix cache (decision ``parallel_sample``). With a
   seed, sample ``k`` uses ``seed + k``, as vLLM does.
 - prompt logprobs (``echo`` with ``logprobs``, ``prompt_logprobs``): only the engine that
   computes the prompt has its logits, so such requests are prefilled on decode
@@ -190,7 +191,8 @@ class PoolEngineClient:
         first_token: asyncio.Event,
         answer_text: Callable[[], AnswerText],
     ) -> AsyncGenerator[TokenChunk, None]:
-        """One sample's chunks; samples after the first wait for its first token."""
+        """One sample's chunks; samples after the first wait for its first chunk from
+        decode."""
         params = sampling_params.clone()
         params.n = 1
         local_reason = None
@@ -218,13 +220,18 @@ class PoolEngineClient:
         )
         started = time.perf_counter()
         ended = "failed"
+        answered = False
         try:
             async for chunk in self.orchestrator.run(request, timings, answer_text):
                 timings.output_tokens += len(chunk.token_ids)
-                if not first_token.is_set():
-                    first_token.set()
+                if not answered:
+                    answered = True
                     if scope is not None and scope.on_first_token is not None:
                         scope.on_first_token()
+                # The samples after the first go once decode has the prompt: not at a
+                # first token from prefill, which comes before the KV has moved.
+                if not chunk.from_prefill:
+                    first_token.set()
                 yield chunk
             ended = ""
         except (GeneratorExit, asyncio.CancelledError):

@@ -23,6 +23,7 @@ class SampleOutput:
     prompt_logprobs: Any = None
     num_cached_tokens: int = 0
     _parts: list[str] = field(default_factory=list)
+    _started: bool = False
 
     @property
     def text(self) -> str:
@@ -31,8 +32,15 @@ class SampleOutput:
         return self._parts[0] if self._parts else ""
 
     def finish(self, chunk: TokenChunk) -> None:
-        """Track what every output kind needs: cached tokens and the finish reason."""
-        self.num_cached_tokens = max(self.num_cached_tokens, chunk.num_cached_tokens)
+        """Track what every output kind needs: cached tokens and the finish reason.
+
+        Cached tokens are the first chunk's, as vLLM's streaming usage reads them (from
+        the first output): the engine that computed the prompt (a first token from
+        prefill carries prefill's count), not a later continuation's engine.
+        """
+        if not self._started:
+            self._started = True
+            self.num_cached_tokens = chunk.num_cached_tokens
         if chunk.finish_reason is not None:
             self.finish_reason, self.stop_reason = chunk.finish_reason, chunk.stop_reason
 

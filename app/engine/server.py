@@ -28,6 +28,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from app.config import AppConfig
@@ -191,7 +192,7 @@ class EngineServer(EngineControl):
                 kv_transfer_params=dict(final.kv_transfer_params),
                 num_prompt_tokens=len(request.prompt_token_ids),
                 num_cached_tokens=cached,
-                first_token=sampled_first_token(sampled, request.sampling_params.max_tokens)
+                first_token=sampled_first_token(sampled, request.sampling_params.max_tokens, cached)
                 if first_token and sampled.token_ids
                 else None,
                 block_tokens=self.cache_block_tokens,
@@ -249,6 +250,8 @@ class EngineServer(EngineControl):
                     )
                     yield TokenChunk("", [], transfer_failed=failure)
                     return
+                # The payload is in a file now: this frame no longer pins the object.
+                request = replace(request, kv_object=None)
                 kv = {LOAD_PATH: path, NUM_TOKENS: request.kv_num_tokens}
                 self._measured(request, Transport.OBJECT_STORE, kv_bytes, fetch_s)
             elif kv is not None and request.kv_expires_at is not None:
@@ -304,7 +307,18 @@ class EngineServer(EngineControl):
         kv = request.kv_transfer_params
         if kv is None or not request.kv_source or self.peer_alive is None:
             return None
-        if await self.peer_alive(request.kv_source):
+        try:
+            alive = await self.peer_alive(request.kv_source)
+        except Exception as exc:  # a lookup that failed (GCS busy): fall back, unread
+            logger.warning(
+                "could not tell whether prefill replica %s lives: %r", request.kv_source, exc
+            )
+            return TransferFailure(
+                FailureKind.KV_FENCED,
+                f"could not tell whether prefill replica {request.kv_source}, which held "
+                "the KV, still lives",
+            )
+        if alive:
             return None
         if self.links is not None:
             self.links.forget(request.kv_source)

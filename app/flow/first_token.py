@@ -86,10 +86,13 @@ def continues_in_place(num_prompt_tokens: int, block_tokens: int) -> bool:
     return num_prompt_tokens % block_tokens not in (0, block_tokens - 1)
 
 
-def sampled_first_token(completion: Any, max_tokens: int | None) -> TokenChunk:
+def sampled_first_token(
+    completion: Any, max_tokens: int | None, num_cached_tokens: int = 0
+) -> TokenChunk:
     """The prefill's one ``CompletionOutput`` as the answer's first chunk. Its "length"
     finish is this call's one token, the answer's end only where the answer is one
-    token long (``max_tokens``)."""
+    token long (``max_tokens``). It carries the prefill's prefix-cache hits: the prompt
+    tokens this request did not compute (what colocated serving reports as cached)."""
     finish = completion.finish_reason
     if finish == "length" and max_tokens != 1:
         finish = None
@@ -98,7 +101,23 @@ def sampled_first_token(completion: Any, max_tokens: int | None) -> TokenChunk:
         token_ids=list(completion.token_ids),
         finish_reason=finish,
         stop_reason=completion.stop_reason,
+        num_cached_tokens=num_cached_tokens,
     )
+
+
+def whole_text(sent: TokenChunk, params: Any) -> bool:
+    """Whether the client may have ``sent``, the prefill's first token, as the answer's
+    start: its text is whole characters, or no text follows it.
+
+    A token that is only part of a character (the first byte of a CJK character or an
+    emoji) has no text yet. Decode, going on from prompt + that token, would start its
+    detokenizer inside the character, and vLLM's (``tokenizers``' ``DecodeStream``
+    primed with those ids) then streams the whole prompt's text with the character.
+    Such a token is not sent; decode samples the first token itself.
+    """
+    if sent.finish_reason is not None or not getattr(params, "detokenize", True):
+        return True
+    return bool(sent.text) and not sent.text.endswith("\ufffd")
 
 
 def after_first_token(request: GenerateRequest, sent: TokenChunk) -> GenerateRequest:

@@ -43,11 +43,18 @@ class LostCause(StrEnum):
 
 
 class ReplicaLost(Exception):
-    """The replica serving a call died, or its engine did (raised by a PoolClient)."""
+    """The replica serving a call died, or its engine did (raised by a PoolClient).
 
-    def __init__(self, cause: LostCause, detail: str) -> None:
+    ``certain``: the call is known to have ended with its replica or engine (nothing of
+    it runs on). False where the replica is only unreachable for now (Ray's
+    ``ActorUnavailableError``: the call "may or may not have been executed"), so a KV
+    read it started may still be running.
+    """
+
+    def __init__(self, cause: LostCause, detail: str, certain: bool = True) -> None:
         super().__init__(f"{cause.value}: {detail}")
         self.cause = cause
+        self.certain = certain
 
 
 @dataclass(frozen=True)
@@ -147,14 +154,19 @@ async def resumable(
     while True:
         chunks = aiter(serve(current))
         progressed = False
+        # The watch starts at decode's first chunk: before it (after a first token from
+        # prefill) the KV is still being handed over, bounded by the transport's own
+        # timeouts and fallbacks, and a slow hand-off is not a stalled replica.
+        watching = False
         stream_logprob = 0.0
         try:
             while True:
                 try:
-                    chunk = await (watch.next(chunks) if progressed else anext(chunks))
+                    chunk = await (watch.next(chunks) if watching else anext(chunks))
                 except StopAsyncIteration:
                     return
                 progressed = True
+                watching = watching or not chunk.from_prefill
                 give_up_at = None
                 if chunk.cumulative_logprob is not None:
                     stream_logprob = chunk.cumulative_logprob

@@ -31,6 +31,7 @@ from app.flow.first_token import (
     continues_in_place,
     first_token_allowed,
     is_greedy,
+    whole_text,
     without_repeat,
 )
 from app.flow.kv_lease import kv_expiry
@@ -234,7 +235,16 @@ class Orchestrator:
                     report.attempts.append(Attempt(transport, failure))
                     _log_fallback(request, transport, failure)
                     continue
+                # The lease runs from the prefill's end, not from when the client has
+                # taken the first token: the read deadline is set before it is sent.
+                expires_at = (
+                    kv_expiry(self.timeouts.kv_lease_s) if result.kv_transfer_params else None
+                )
                 sampled = result.first_token
+                if sampled is not None and not whole_text(sampled, request.sampling_params):
+                    sampled = None  # part of a character: decode samples the first token
+                if sampled is not None:
+                    sampled = replace(sampled, from_prefill=True)
                 greedy = sampled is not None and is_greedy(request.sampling_params)
                 if sampled is not None and (
                     greedy or continues_in_place(result.num_prompt_tokens, result.block_tokens)
@@ -259,9 +269,7 @@ class Orchestrator:
                     kv_transfer_params=result.kv_transfer_params,
                     kv_object=result.kv_object,
                     kv_num_tokens=result.num_prompt_tokens,
-                    kv_expires_at=(
-                        kv_expiry(self.timeouts.kv_lease_s) if result.kv_transfer_params else None
-                    ),
+                    kv_expires_at=expires_at,
                     kv_source=result.replica,
                 )
                 report.transfer_s = result.publish_s
@@ -280,8 +288,9 @@ class Orchestrator:
                 except Exception as exc:  # the decode pool failed: so does the request
                     failure = TransferFailure(FailureKind.DECODE_ERROR, describe_failure(exc))
                     report.attempts.append(Attempt(transport, failure))
-                    # Never started, or its replica or engine is gone: no read in flight.
-                    over.ended = not over.started or isinstance(exc, ReplicaLost)
+                    # Never started, or its replica or engine is surely gone: no read in
+                    # flight. A replica only unreachable may still read: the lease frees.
+                    over.ended = not over.started or (isinstance(exc, ReplicaLost) and exc.certain)
                     raise
                 if first is not None and first.transfer_failed is not None:
                     report.attempts.append(Attempt(transport, first.transfer_failed))
@@ -294,6 +303,9 @@ class Orchestrator:
                 over.used = True
                 if first is None:
                     return
+                if attempt.kv_object is not None:  # fetched: this frame no longer pins it
+                    attempt = replace(attempt, kv_object=None)
+                    result = replace(result, kv_object=None)
                 publish_s = report.transfer_s
                 note_kv(first, timings, publish_s)
                 rest: TokenChunk | None = first

@@ -113,6 +113,9 @@ class TokenChunk:
     # NIXL: the last, from the connector's record of the read).
     kv_bytes: int = 0  # bytes of KV this replica received for the request
     kv_fetch_s: float = 0.0  # getting the KV next to the engine
+    # The answer's first token as the prefill engine sampled it (app.flow.first_token),
+    # not a decode replica's: the hand-off to decode is still ahead.
+    from_prefill: bool = False
 
 
 @dataclass(frozen=True)

@@ -78,8 +78,10 @@ class RayRequestMetrics:
         start_at_zero(self._migrations, ({"cause": cause.value} for cause in LostCause))
 
     def unfinished(self, timings: RequestTimings, outcome: str) -> None:
-        """A request that did not complete: its duration, by how it ended."""
+        """A request that did not complete: its duration, by how it ended, and the moves
+        it took (a stream moved and then failed is the case operators most need to see)."""
         self._unfinished.observe(timings.total_s, tags={"outcome": outcome})
+        self._count_migrations(timings)
 
     def token_gap(self, seconds: float, disaggregated: bool) -> None:
         """One gap between chunks of a stream, as it is streamed."""
@@ -95,16 +97,25 @@ class RayRequestMetrics:
         for stage, seconds in ttft_stages(timings).items():
             self._stage.observe(seconds, tags={**tags, "stage": stage})
         self._e2e.observe(timings.total_s, tags=tags)
+        self._count_migrations(timings)
+
+    def _count_migrations(self, timings: RequestTimings) -> None:
         for migration in timings.migrations:
             self._migrations.inc(1, tags={"cause": migration.cause.value})
 
 
 def ttft_stages(timings: RequestTimings) -> dict[str, float]:
-    """Seconds of the request's time to first token spent in each stage it went through."""
+    """Seconds of the request's time to first token spent in each stage it went through.
+
+    Where the first token came from the prefill (app.flow.first_token), the hand-off and
+    decode's stages come after it and are no part of its TTFT.
+    """
     stages = {"ingress": timings.ingress_s}
     if timings.disaggregated:
         stages["prefill_queue"] = timings.prefill_queue_s
         stages["prefill"] = timings.prefill_s
+        if timings.transfer.first_token_on_prefill:
+            return stages
         stages["kv_transfer"] = timings.kv_fetch_s
     stages["decode_queue"] = timings.decode_queue_s
     if timings.decode_first_token_s:

@@ -145,3 +145,94 @@ async def test_kv_held_by_a_prefill_replica_that_is_gone_is_refused_and_its_engi
     assert _failure(items) is FailureKind.KV_FENCED
     assert asked == ["prefill-dead"] and engine.generated == []
     assert engine.calls == [(METHOD, (["prefill-e1"],))]
+
+
+async def test_a_liveness_lookup_that_fails_falls_back_instead_of_failing_the_request():
+    engine = Forgetful()
+    server = EngineServer(engine, Role.DECODE, "decode-1")
+
+    async def alive(replica: str) -> bool:
+        raise RuntimeError("gcs: deadline exceeded")
+
+    server.peer_alive = alive
+    request = GenerateRequest(
+        "r",
+        [1, 2, 3],
+        SamplingParams(max_tokens=4),
+        kv_transfer_params={"remote_block_ids": [[1]], "remote_engine_id": "prefill-e1"},
+        kv_num_tokens=3,
+        kv_expires_at=time.time() + 20,
+        kv_source="prefill-1",
+    )
+    items = [item async for item in server.generate(request)]
+    assert _failure(items) is FailureKind.KV_FENCED
+    # Not known to be gone: its engine is not made to forget the peer, nor read from it.
+    assert engine.generated == [] and engine.calls == []
+
+
+class Streaming:
+    """An engine that streams ``steps`` one-token outputs, pausing between them."""
+
+    def __init__(self, steps: int = 3):
+        self.steps = steps
+        self.between: list[object] = []
+
+    async def generate(self, prompt, params, request_id):
+        import asyncio
+        from types import SimpleNamespace
+
+        for step in range(self.steps):
+            last = step == self.steps - 1
+            completion = SimpleNamespace(
+                text="x",
+                token_ids=[5],
+                finish_reason="length" if last else None,
+                stop_reason=None,
+                logprobs=None,
+                cumulative_logprob=None,
+            )
+            yield SimpleNamespace(
+                outputs=[completion],
+                finished=last,
+                kv_transfer_params=None,
+                num_cached_tokens=0,
+                prompt_logprobs=None,
+            )
+            await asyncio.sleep(0)
+
+    async def abort(self, request_id):
+        pass
+
+
+async def test_an_object_store_payload_is_let_go_once_fetched_not_at_the_streams_end(
+    monkeypatch, tmp_path
+):
+    import gc
+    import weakref
+
+    from app.kv import object_store
+
+    class Payload:  # stands for an ObjectRef
+        pass
+
+    async def materialize(ref, path):
+        return 10, 0.001
+
+    monkeypatch.setattr(object_store, "materialize", materialize)
+    monkeypatch.setattr(object_store, "payload_dir", lambda: tmp_path)
+    payload = Payload()
+    held = weakref.ref(payload)
+    server = EngineServer(Streaming(), Role.DECODE, "decode-1")
+    stream = server.generate(
+        GenerateRequest(
+            "r", [1, 2, 3], SamplingParams(max_tokens=3), kv_object=payload, kv_num_tokens=3
+        )
+    )
+    del payload
+    assert isinstance(await anext(stream), Started)
+    first = await anext(stream)
+    assert isinstance(first, TokenChunk) and first.token_ids == [5]
+    gc.collect()
+    assert held() is None  # the stream goes on; the payload is no longer pinned by it
+    rest = [item async for item in stream]
+    assert isinstance(rest[-1], TokenChunk) and rest[-1].finish_reason == "length"

@@ -8,6 +8,7 @@ pools are fakes (tests/unit/http_api_fakes.py), which stream a few tokens.
 import json
 import time
 
+from app.flow.records import PrefillResult, Started, TokenChunk
 from tests.unit.http_api_fakes import FakePool, make_client, sse_events
 
 
@@ -146,3 +147,76 @@ def test_n_samples_do_not_wait_for_a_first_sample_that_produced_nothing(engine_c
     # Before: sample 1 waited for sample 0's first token until the deadline (504).
     assert time.monotonic() - started < 4.0
     assert r.status_code == 200, r.text
+
+
+class FirstTokenPrefill(FakePool):
+    """Samples the answer's first token (decode's first, token 10) when asked."""
+
+    async def prefill(self, request, transport=None):
+        self.prefills.append(request)
+        yield Started("p-1")
+        first = TokenChunk("t10", [10], num_cached_tokens=1) if request.sample_first_token else None
+        yield PrefillResult(
+            {"remote_block_ids": [[1]]},
+            len(request.prompt_token_ids),
+            num_cached_tokens=5,
+            first_token=first,
+            block_tokens=16,
+        )
+
+
+class SampleOrder(FakePool):
+    """Notes, as each parallel sample's request comes, how many chunks sample 0's
+    decode stream had sent by then."""
+
+    def __init__(self):
+        super().__init__()
+        self.sent_by_first = 0
+        self.seen_at_parallel: list[int] = []
+
+    async def generate(self, request):
+        first = request.local_prefill_reason != "parallel_sample"
+        if not first:
+            self.seen_at_parallel.append(self.sent_by_first)
+        async for chunk in super().generate(request):
+            if first:
+                self.sent_by_first += 1
+            yield chunk
+
+
+def _first_token_client(engine_client, decode, prefill):
+    client = make_client(engine_client, pool=decode, prefill=prefill)
+    engine_client.orchestrator.first_token_on_prefill = True
+    return client
+
+
+def test_parallel_samples_wait_for_decode_to_have_the_prompt_not_for_prefills_token(
+    engine_client,
+):
+    decode, prefill = SampleOrder(), FirstTokenPrefill()
+    client = _first_token_client(engine_client, decode, prefill)
+    r = client.post(
+        "/v1/completions", json={"prompt": "hi", "max_tokens": 3, "n": 2, "temperature": 1}
+    )
+    assert r.status_code == 200, r.text
+    assert prefill.prefills[0].sample_first_token  # sample 0's first token from prefill
+    assert decode.seen_at_parallel and decode.seen_at_parallel[0] >= 1
+
+
+def test_streamed_usage_counts_cached_tokens_as_the_answer_does(engine_client):
+    decode, prefill = FakePool(), FirstTokenPrefill()
+    client = _first_token_client(engine_client, decode, prefill)
+    body = {"prompt": "hi", "max_tokens": 3, "temperature": 0}
+    whole = client.post("/v1/completions", json=body)
+    assert whole.status_code == 200, whole.text
+    with client.stream(
+        "POST",
+        "/v1/completions",
+        json={**body, "stream": True, "stream_options": {"include_usage": True}},
+    ) as streamed:
+        events = [json.loads(e) for e in sse_events(streamed)[:-1]]
+    usage = events[-1]["usage"]
+    assert prefill.prefills[0].sample_first_token
+    cached = whole.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    # the prefill's count, not decode's (2), on both
+    assert usage["prompt_tokens_details"]["cached_tokens"] == cached == 1

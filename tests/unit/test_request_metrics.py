@@ -1,5 +1,7 @@
 """TTFT split into the stages the dashboard shows."""
 
+from typing import Any
+
 from app.flow.request_timings import RequestTimings
 from app.kv.fallback import Attempt, TransferReport, Transport
 from app.observability.request_metrics import ttft_stages
@@ -36,3 +38,40 @@ def test_a_local_prefill_has_no_prefill_or_transfer_stage():
         "decode_queue": 0.02,
         "first_decode_step": 0.3,
     }
+
+
+def test_after_a_first_token_from_prefill_the_hand_off_is_no_stage_of_ttft():
+    timings = RequestTimings(
+        prefill_queue_s=0.01,
+        prefill_s=0.2,
+        decode_queue_s=0.5,
+        kv_fetch_s=0.05,
+        decode_first_token_s=0.6,
+        first_token_s=0.22,
+        transfer=TransferReport([Attempt(Transport.NIXL)], first_token_on_prefill=True),
+    )
+    stages = ttft_stages(timings)
+    assert stages.keys() == {"ingress", "prefill_queue", "prefill"}
+    assert sum(stages.values()) <= timings.first_token_s
+
+
+class Recorded:
+    def __init__(self):
+        self.calls = []
+
+    def inc(self, value, tags=None):
+        self.calls.append((value, tags))
+
+    def observe(self, value, tags=None):
+        self.calls.append((value, tags))
+
+
+def test_a_request_that_moved_and_then_failed_counts_its_moves():
+    from app.flow.migration import LostCause, Migration
+    from app.observability.request_metrics import RayRequestMetrics
+
+    metrics: Any = object.__new__(RayRequestMetrics)
+    metrics._unfinished, metrics._migrations = Recorded(), Recorded()
+    timings = RequestTimings(migrations=[Migration(LostCause.ENGINE_DIED, 4, "d-1", "gone")])
+    metrics.unfinished(timings, "failed")
+    assert metrics._migrations.calls == [(1, {"cause": "engine_died"})]
