@@ -12,6 +12,7 @@ vLLM's server, the API key guards the ``/v1`` routes only, so scrapers need no k
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
@@ -24,7 +25,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -207,6 +208,12 @@ class OpenAIServer:
         self, request: Request, model: TypeAdapter[Any], handler: Handler
     ) -> Response:
         arrived = time.perf_counter()
+        try:
+            # The key first: a client without it costs a comparison, holds no slot and
+            # is no demand for the autoscaler.
+            self._authorize(request)
+        except APIError as error:
+            return error_response(error)
         not_ready = self._not_ready()
         if not_ready is not None:
             return not_ready
@@ -216,7 +223,6 @@ class OpenAIServer:
             # count as waiting. A request found bad leaves the queue at once.
             ticket = self.admission.admit()
         except Overloaded as exc:
-            self._arrived()
             refusal = APIError(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
             return _error_json(refusal.body(), refusal.status, exc.retry_after_s)
         try:
@@ -224,8 +230,11 @@ class OpenAIServer:
         except APIError as error:
             ticket.done()
             return error_response(error)
+        except BaseException:  # the client left, or the task was cancelled: slot back
+            ticket.done()
+            raise
         ticket.parsed()
-        self._arrived()
+        self._arrived()  # demand: authenticated, admitted, well-formed work only
         response = await self._admitted(parsed, request, handler, ticket, arrived)
         if response.status_code == HTTPStatus.SERVICE_UNAVAILABLE:
             self.admission.refuse(Reason.POOL_QUEUE_FULL, "a pool's queue is full")
@@ -314,6 +323,13 @@ class OpenAIServer:
         for name, reason in REFUSED.items():
             if body.get(name):
                 raise bad_request(reason, name)
+        samples = _prompt_count(body.get("prompt")) * _count(body.get("n"))
+        if samples > self.config.max_samples:
+            raise bad_request(
+                f"the request asks for {samples} samples (prompts times n), over the "
+                f"server's limit of {self.config.max_samples} (ingress.max_samples)",
+                "n",
+            )
         return _validate(model, body)
 
     def _authorize(self, request: Request) -> None:
@@ -340,10 +356,20 @@ class OpenAIServer:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise _too_large(limit)
         body = bytearray()
-        async for part in request.stream():
-            body += part
-            if len(body) > limit:
-                raise _too_large(limit)
+        try:
+            async with asyncio.timeout(self.config.body_timeout_s):
+                async for part in request.stream():
+                    body += part
+                    if len(body) > limit:
+                        raise _too_large(limit)
+        except TimeoutError as exc:
+            raise APIError(
+                f"the request body did not arrive within {self.config.body_timeout_s:g} s "
+                "(ingress.body_timeout_s)",
+                HTTPStatus.REQUEST_TIMEOUT,
+            ) from exc
+        except ClientDisconnect as exc:  # nobody reads the answer; the slot goes back
+            raise bad_request("the client left before sending the whole body") from exc
         try:
             text = bytes(body).decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -351,6 +377,10 @@ class OpenAIServer:
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:
+            raise bad_request(f"request body is not valid JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise bad_request("request body is not valid JSON: nested too deeply") from exc
+        except ValueError as exc:  # e.g. an integer of more than 4,300 digits
             raise bad_request(f"request body is not valid JSON: {exc}") from exc
 
 
@@ -378,6 +408,23 @@ def _validate(model: TypeAdapter[Any], body: dict[str, Any]) -> Any:
         raise bad_request(f"invalid request: {detail}", where or None) from exc
     except ValueError as exc:
         raise bad_request(f"invalid request: {exc}") from exc
+    except (TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+        # vLLM's "before" validators read the raw body and raise these on fields of the
+        # wrong shape (``{"messages": null}``); pydantic passes them on unwrapped.
+        raise bad_request(f"invalid request: a field has the wrong shape ({exc!r})") from exc
+
+
+def _count(n: Any) -> int:
+    """``n`` as the sample count vLLM's validation will take (1 when unset)."""
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+
+
+def _prompt_count(prompt: Any) -> int:
+    """How many prompts a completion's ``prompt`` holds (a chat has one): a string or a
+    list of token ids is one, a list of strings or of id lists one each."""
+    if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+        return len(prompt)
+    return 1
 
 
 def _too_large(limit: int) -> APIError:

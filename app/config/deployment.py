@@ -218,6 +218,19 @@ class IngressConfig(DeploymentOptions):
         300.0, gt=0, description="Deadline for a whole request, prefill to last token."
     )
     max_body_bytes: int = Field(1 << 20, gt=0, description="Largest request body accepted.")
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Longest a client may take to send its request body; a slower upload "
+        "is answered 408 and gives its admission slot back.",
+    )
+    max_samples: int = Field(
+        64,
+        gt=0,
+        description="Most samples one request may ask for: prompts in the request times "
+        "`n`. A request over it is refused with 400 naming this limit (vLLM alone allows "
+        "1,024 prompts times n=16,384).",
+    )
 
     def to_serve_options(self) -> dict[str, Any]:
         options = super().to_serve_options()

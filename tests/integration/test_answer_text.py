@@ -1,0 +1,80 @@
+"""Every answer's text against the oracle: the tokenizer's decode of the answer's token ids.
+
+Sampled answers (temperature 1) of prompts in several scripts (Latin, CJK, emoji) and
+lengths go through a remote prefill; where its first token is part of a character (the
+tiny model's byte-level vocabulary makes that about 1 answer in 8), a continuation on
+decode used to stream the whole prompt into the answer. Each answer is checked for that
+too: no prompt's marker in any answer.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tests.harness.sse import DONE, sse_data_sync
+
+WORDS = ["中文", "日本語", "한국어", "😀", "🚀", "naïve", "plain", "words", "ok", "数据", "café"]
+REQUESTS = 200
+
+
+def _prompt(number: int) -> str:
+    rng = random.Random(number)
+    words = [rng.choice(WORDS) for _ in range(rng.choice((40, 90, 150, 220)))]
+    return f"MARKER{number:04d} system secret. " + " ".join(words)
+
+
+def _answer(http: Any, base: str, number: int) -> tuple[str, list[int], str]:
+    body = {
+        "prompt": _prompt(number),
+        "max_tokens": 12,
+        "temperature": 1.0,
+        "return_token_ids": True,
+    }
+    if number % 2:  # half streamed, half not
+        text, ids, first_from = "", list[int](), ""
+        body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        with http.stream("POST", f"{base}/v1/completions", json=body) as response:
+            assert response.status_code == 200, response.read()
+            for data in sse_data_sync(response):
+                if data == DONE:
+                    continue
+                event = json.loads(data)
+                assert "error" not in event, event
+                for choice in event["choices"]:
+                    text += choice["text"]
+                    ids += choice.get("token_ids") or []
+                if event.get("splitserve"):
+                    first_from = event["splitserve"].get("first_token_from", "")
+        return text, ids, first_from
+    response = http.post(f"{base}/v1/completions", json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    choice = answer["choices"][0]
+    report = answer.get("splitserve") or {}
+    return choice["text"], choice["token_ids"], report.get("first_token_from", "")
+
+
+def test_sampled_answers_text_is_the_decode_of_their_tokens_and_holds_no_prompt(
+    apps, http, tokenizer
+):
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda n: _answer(http, apps.disaggregated, n), range(REQUESTS)))
+    wrong, echoes, from_prefill = [], [], 0
+    for number, (text, ids, first_from) in enumerate(answers):
+        from_prefill += first_from == "prefill"
+        decoded = tokenizer.decode(ids, skip_special_tokens=True)
+        # An answer cut inside a character ends in U+FFFD when decoded whole; the
+        # engine's text leaves that unfinished character out.
+        if not (
+            text == decoded
+            or (decoded.startswith(text) and not decoded[len(text) :].strip("\ufffd"))
+        ):
+            wrong.append((number, text, decoded))
+        if "MARKER" in text or "secret" in text:
+            echoes.append((number, text))
+    assert wrong == [], wrong[:3]
+    assert echoes == [], echoes[:3]
+    assert from_prefill > REQUESTS // 4  # the path under test was taken
