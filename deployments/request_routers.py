@@ -77,7 +77,7 @@ class PrefixAffinityRouter(_RankingRouter):
         ranks = self.policy.rank(
             list(by_id),
             self._queue_lens(candidate_replicas),
-            self.policy.hashes(request.prompt_token_ids, request.request_id),
+            self.policy.hashes(request.prompt_token_ids, request.request_id, request.cache_salt),
         )
         return [[by_id[r] for r in rank] for rank in ranks]
 
@@ -86,7 +86,9 @@ class PrefixAffinityRouter(_RankingRouter):
     ) -> None:
         request = _generate_request(pending_request)
         if request is not None:
-            hashes = self.policy.hashes(request.prompt_token_ids, request.request_id)
+            hashes = self.policy.hashes(
+                request.prompt_token_ids, request.request_id, request.cache_salt
+            )
             self.policy.record(replica_id.unique_id, hashes)
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
@@ -132,6 +134,7 @@ class KVCapacityRouter(_RankingRouter):
             request.prompt_token_ids,
             request.session_id,
             request.request_id,
+            request.cache_salt,
         )
         if holder is not None:
             ranks = [[holder]] + [rank for rank in ranks if rank != [holder]]
@@ -148,6 +151,7 @@ class KVCapacityRouter(_RankingRouter):
                 request.prompt_token_ids,
                 request.session_id,
                 request.request_id,
+                request.cache_salt,
             )
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:

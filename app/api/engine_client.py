@@ -28,6 +28,7 @@ and this process has none.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import secrets
 import time
@@ -135,8 +136,11 @@ class PoolEngineClient:
         # ``X-Request-Id`` (which vLLM's layer puts in ``request_id``): engines abort by
         # it, so two clients sending the same id must not reach each other's request.
         engine_key = f"{request_id}-{secrets.token_hex(4)}"
+        # vLLM's guard against guessing other users' prompts through the prefix cache,
+        # carried to every engine and router that caches or hashes the prompt.
+        salt = getattr(engine_request, "cache_salt", None) or None
         streams = [
-            self._sample(ids, sampling_params, engine_key, k, n, first_token, answer_text)
+            self._sample(ids, sampling_params, engine_key, k, n, first_token, answer_text, salt)
             for k in range(n)
         ]
         samples = [SampleOutput(k) for k in range(n)]
@@ -190,6 +194,7 @@ class PoolEngineClient:
         n: int,
         first_token: asyncio.Event,
         answer_text: Callable[[], AnswerText],
+        salt: str | None = None,
     ) -> AsyncGenerator[TokenChunk, None]:
         """One sample's chunks; samples after the first wait for its first chunk from
         decode."""
@@ -210,13 +215,19 @@ class PoolEngineClient:
         if scope is not None:
             scope.timings.append(timings)
         engine_id = request_id if n == 1 else f"{index}_{request_id}"
+        session = scope.session_id if scope is not None else None
+        if session is not None and salt:
+            # A session lives within its salt: another tenant's client sending the same
+            # x-session-id reaches none of this one's.
+            session = f"{hashlib.sha256(salt.encode()).hexdigest()[:16]}:{session}"
         request = GenerateRequest(
             request_id=engine_id,
             prompt_token_ids=ids,
             sampling_params=params,
             local_prefill_reason=local_reason,
-            session_id=scope.session_id if scope is not None else None,
+            session_id=session,
             origin_id=engine_id,
+            cache_salt=salt,
         )
         started = time.perf_counter()
         ended = "failed"
@@ -275,14 +286,17 @@ class PoolEngineClient:
             ) from exc
         except PoolBusy as exc:
             raise GracefulHTTPError(
-                f"server overloaded: the decode pool's queue is full ({exc}); retry later",
+                "server overloaded: the decode pool's queue is full; retry later",
                 HTTPStatus.SERVICE_UNAVAILABLE,
             ) from exc
         except (VLLMError, asyncio.CancelledError, GeneratorExit):
             raise
         except Exception as exc:
-            logger.exception("request %s failed", request_id)
-            raise GenerationError(f"request {request_id} failed: {describe_failure(exc)}") from exc
+            # The client learns that it failed, not the cluster's insides: why is logged.
+            logger.exception("request %s failed: %s", request_id, describe_failure(exc))
+            raise GenerationError(
+                f"request {request_id} failed on the server; its log has why"
+            ) from exc
         finally:
             deadline.cancel()
             await items.aclose()

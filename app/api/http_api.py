@@ -17,6 +17,7 @@ import contextlib
 import hmac
 import json
 import logging
+import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
@@ -153,13 +154,19 @@ class OpenAIServer:
         return _error_json(error.body(), error.status, refusal.retry_after_s)
 
     async def metrics(self, request: Request) -> Response:
+        if self.config.metrics_require_api_key:
+            try:
+                self._authorize(request)
+            except APIError as error:
+                return error_response(error)
         if self.metrics_page is None:
             return error_response(APIError("this server exports no metrics", HTTPStatus.NOT_FOUND))
         try:
             page = await self.metrics_page()
         except Exception as exc:
-            logger.warning("reading the metrics export failed: %s", exc)
-            message = f"metrics are unavailable: {exc}"
+            incident = _incident()
+            logger.warning("reading the metrics export failed [%s]: %s", incident, exc)
+            message = f"metrics are unavailable now; the server log has why [{incident}]"
             return error_response(APIError(message, HTTPStatus.SERVICE_UNAVAILABLE))
         return Response(page, media_type=CONTENT_TYPE)
 
@@ -258,7 +265,7 @@ class OpenAIServer:
                 if isinstance(result, ErrorResponse) or not scope.timings:
                     return self._json_result(result)
                 body = result.model_dump()
-                body["splitserve"] = splitserve_field(scope.timings)
+                body["splitserve"] = splitserve_field(scope.timings, self.config.report_internals)
                 return JSONResponse(body)
             # Hold the response until the first event, so a request that fails before any
             # token (a bad prefill, a dead pool, a missed deadline) is a plain HTTP error.
@@ -270,9 +277,11 @@ class OpenAIServer:
             if failed is not None:
                 await result.aclose()
                 status = int(failed["error"].get("code") or 500)
-                return self._error(failed, status)
+                return self._error(_generic(failed, status), status)
             streaming = True
-            events = with_report(first, result, scope.timings, ticket.done)
+            events = with_report(
+                first, result, scope.timings, ticket.done, self.config.report_internals
+            )
             return StreamingResponse(events, media_type="text/event-stream")
         except Exception as exc:
             return self._vllm_error(exc)
@@ -306,9 +315,7 @@ class OpenAIServer:
         )
 
         error = create_error_response(exc)
-        if error.error.code >= HTTPStatus.INTERNAL_SERVER_ERROR:
-            logger.error("request failed: %s", exc, exc_info=exc)
-        return self._error(error.model_dump(), error.error.code)
+        return self._error(_generic(error.model_dump(), error.error.code, exc), error.error.code)
 
     async def _parse(self, request: Request, model: TypeAdapter[Any]) -> Any:
         self._authorize(request)
@@ -382,6 +389,27 @@ class OpenAIServer:
             raise bad_request("request body is not valid JSON: nested too deeply") from exc
         except ValueError as exc:  # e.g. an integer of more than 4,300 digits
             raise bad_request(f"request body is not valid JSON: {exc}") from exc
+
+
+def _incident() -> str:
+    """A short id that ties an error's generic body to its details in the log."""
+    return secrets.token_hex(6)
+
+
+def _generic(body: dict[str, Any], status: int, exc: BaseException | None = None) -> dict[str, Any]:
+    """An error body fit for any client: a 5xx other than an overload (503) or a missed
+    deadline (504) says only that the server failed, with an id; what failed (internal
+    addresses, replica and engine names, remote errors) goes to the log under that id."""
+    if status < HTTPStatus.INTERNAL_SERVER_ERROR or status in (
+        HTTPStatus.SERVICE_UNAVAILABLE,
+        HTTPStatus.GATEWAY_TIMEOUT,
+    ):
+        return body
+    incident = _incident()
+    error = body.get("error") or {}
+    logger.error("request failed [%s]: %s", incident, error.get("message"), exc_info=exc)
+    message = f"the server failed to answer; its log has the details under [{incident}]"
+    return APIError(message, status).body()
 
 
 def _error_json(body: dict[str, Any], status: int, retry_after_s: int) -> JSONResponse:

@@ -61,8 +61,9 @@ def build_serving(
     renderer.warmup()
     usage_options: dict[str, Any] = {
         "return_tokens_as_token_ids": api.return_tokens_as_token_ids,
-        # usage.prompt_tokens_details.cached_tokens: decode's prefix-cache hits
-        "enable_prompt_tokens_details": True,
+        # usage.prompt_tokens_details.cached_tokens: the prefix-cache hits of the engine
+        # that computed the prompt
+        "enable_prompt_tokens_details": api.enable_prompt_tokens_details,
         "enable_force_include_usage": api.enable_force_include_usage,
     }
     completion = OpenAIServingCompletion(

@@ -56,10 +56,34 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
-def splitserve_field(timings: list[RequestTimings]) -> dict[str, Any]:
+# What the field keeps without ``ingress.report_internals``: how the request was served,
+# and when; not which engine, what its caches held (a cross-tenant prefix-cache oracle),
+# how many bytes moved, or internal failure text.
+PUBLIC = (
+    "disaggregated",
+    "ttft_ms",
+    "kv_transport",
+    "first_token_from",
+)
+
+
+def splitserve_field(timings: list[RequestTimings], internals: bool = True) -> dict[str, Any]:
     """The first engine request's report; with several (``n`` > 1, a batch of prompts),
-    ``requests`` lists each of them in order."""
-    field = timing_report(timings[0])
+    ``requests`` lists each of them in order. Without ``internals``, only the public
+    part (:data:`PUBLIC`, and each fallback's and move's kind)."""
+    report = timing_report if internals else public_report
+    field = report(timings[0])
     if len(timings) > 1:
-        field["requests"] = [timing_report(t) for t in timings]
+        field["requests"] = [report(t) for t in timings]
+    return field
+
+
+def public_report(t: RequestTimings) -> dict[str, Any]:
+    """:func:`timing_report` less the server's internals."""
+    full = timing_report(t)
+    field = {name: full[name] for name in PUBLIC}
+    field["fallbacks"] = [
+        {"transport": f["transport"], "kind": f["kind"]} for f in full["fallbacks"]
+    ]
+    field["migrations"] = [{"cause": m["cause"]} for m in full["migrations"]]
     return field

@@ -18,18 +18,19 @@ async def with_report(
     events: AsyncIterator[str],
     timings: list[RequestTimings],
     on_end: Callable[[], None],
+    internals: bool = True,
 ) -> AsyncIterator[str]:
     """Re-yield the SSE ``events`` as they come; the usage event (the last before
     ``[DONE]``, sent when the client asked for usage) gets the ``splitserve`` field.
     Only an event that carries usage waits for the next one (to know whether it is the
     last); the tokens' events go on at once. ``on_end`` runs at the end, however the
-    stream ends."""
+    stream ends. ``internals``: the field's full form (app.api.request_report)."""
     held: str | None = None
     try:
         async for event in _chain(first, events):
             if held is not None:
                 if event == SSE_DONE and timings:
-                    held = _add_report(held, timings)
+                    held = _add_report(held, timings, internals)
                 yield held
                 held = None
             if _carries_usage(event):
@@ -55,11 +56,11 @@ def _carries_usage(event: str) -> bool:
     return '"usage":{' in event or '"usage": {' in event
 
 
-def _add_report(event: str, timings: list[RequestTimings]) -> str:
+def _add_report(event: str, timings: list[RequestTimings], internals: bool) -> str:
     body = json.loads(event[len("data: ") :])
     if body.get("usage") is None or "error" in body:
         return event
-    body["splitserve"] = splitserve_field(timings)
+    body["splitserve"] = splitserve_field(timings, internals)
     return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
 
 

@@ -224,6 +224,20 @@ class IngressConfig(DeploymentOptions):
         description="Longest a client may take to send its request body; a slower upload "
         "is answered 408 and gives its admission slot back.",
     )
+    report_internals: bool = Field(
+        False,
+        description="Put the server's internals in each response's `splitserve` field: "
+        "the routing decision, engine ids, prefix-cache hits, KV bytes and failure text. "
+        "Off, the field says only how the request was served (disaggregated, transport, "
+        "where the first token came from, TTFT, fallback and migration kinds): on a "
+        "server shared by clients who must not learn each other's prompts, cache hits "
+        "are an oracle for them. Benchmarks and tests turn it on.",
+    )
+    metrics_require_api_key: bool = Field(
+        False,
+        description="Require the API key on `GET /metrics` too. Off by default, as on "
+        "vLLM's server (scrapers need no key); the page names no address either way.",
+    )
     max_samples: int = Field(
         64,
         gt=0,

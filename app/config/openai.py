@@ -38,6 +38,12 @@ class OpenAIConfig(Strict):
     enable_force_include_usage: bool = Field(
         False, description="Send usage in every stream, asked for or not."
     )
+    enable_prompt_tokens_details: bool = Field(
+        False,
+        description="Report `usage.prompt_tokens_details.cached_tokens` (vLLM "
+        "`--enable-prompt-tokens-details`, off by default there too: on a shared server "
+        "it tells a client whether another's prompt shares its prefix).",
+    )
     return_tokens_as_token_ids: bool = Field(
         False, description="Logprob tokens as `token_id:N` instead of text."
     )

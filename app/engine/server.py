@@ -362,9 +362,10 @@ class EngineServer(EngineControl):
         self.arrived_prompt_tokens += len(request.prompt_token_ids)
         self.busy.submitted()
         try:
-            async for output in self.engine.generate(
-                {"prompt_token_ids": request.prompt_token_ids}, params, request.request_id
-            ):
+            prompt: dict[str, Any] = {"prompt_token_ids": request.prompt_token_ids}
+            if request.cache_salt:
+                prompt["cache_salt"] = request.cache_salt
+            async for output in self.engine.generate(prompt, params, request.request_id):
                 finished = output.finished
                 yield output
         finally:

@@ -154,6 +154,7 @@ class Orchestrator:
                     request.prompt_token_ids,
                     answer,
                     request.request_id,
+                    request.cache_salt,
                 )
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
@@ -170,7 +171,7 @@ class Orchestrator:
         lacking, holder = None, None
         if self.decode_affinity is not None:
             lacking, holder = self.decode_affinity.lacking(
-                request.prompt_token_ids, request.session_id, request.request_id
+                request.prompt_token_ids, request.session_id, request.request_id, request.cache_salt
             )
         decision = decide(
             len(request.prompt_token_ids),

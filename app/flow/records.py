@@ -48,8 +48,12 @@ class GenerateRequest:
     # replicas, and for a conversation's next turn on the decode replica that caches its
     # history (app.routing.decode_affinity); empty: the pool's router chooses.
     replica: str = ""
-    # The client's ``x-session-id``: the decode router keeps a session on one replica.
+    # The client's ``x-session-id`` (scoped by the cache salt): the decode router keeps a
+    # session on one replica.
     session_id: str | None = None
+    # The client's ``cache_salt``: the engines' prefix caches (and the routers' hashes)
+    # share blocks only between requests of the same salt.
+    cache_salt: str | None = None
     # The id of the request this one retries or continues (empty: itself), so what its
     # decode replica ends up caching is credited to that replica.
     origin_id: str = ""

@@ -11,13 +11,15 @@ application (label ``application``; other apps in the cluster serve theirs):
 
 Labels: ``pool`` (prefill / decode / colocated) and ``replica`` (the Serve replica, Ray's
 ``ReplicaId``) on engine series; ``node`` and ``worker`` (Ray's ``NodeAddress`` and
-``WorkerId``) keep series from different processes apart; Ray's constant labels are
+``WorkerId``; the node as a digest of its address, not the address) keep series from
+different processes apart; Ray's constant labels are
 dropped. Ray exports every ``metrics_report_interval_ms`` (10 s by default), so a value
 here is up to that old.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator
 
 from prometheus_client.exposition import generate_latest
@@ -44,11 +46,14 @@ def _relabel(labels: dict[str, str], application: str) -> dict[str, str] | None:
     """The served label set, or None if the series belongs to another application."""
     if labels.get("application") != application:
         return None
-    return {
+    served = {
         _LABEL_RENAMES.get(key, key): value
         for key, value in labels.items()
         if key not in _DROP_LABELS and not key.startswith("otel_scope_")
     }
+    if "node" in served:  # apart, but not the cluster's addresses, on an open page
+        served["node"] = hashlib.sha256(served["node"].encode()).hexdigest()[:12]
+    return served
 
 
 class _Page:

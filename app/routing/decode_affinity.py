@@ -55,13 +55,17 @@ class DecodeAffinity:
         self._cache_blocks[replica] = tokens
 
     def lacking(
-        self, prompt: Sequence[int], session: str | None = None, key: str | None = None
+        self,
+        prompt: Sequence[int],
+        session: str | None = None,
+        key: str | None = None,
+        salt: str | None = None,
     ) -> tuple[int, str | None]:
         """The prompt tokens that the decode replica holding most of this prompt lacks, and
         that replica: the session's if it has one, else the longest match among the
         replicas seen (None, and the whole prompt, when none holds a block of it).
         ``key``: the request's id, under which its hashes are kept for the router."""
-        hashes = self.prefixes.hashes(prompt, key)
+        hashes = self.prefixes.hashes(prompt, key, salt)
         best, held = None, 0
         with self._lock:
             owner = self._sessions.get(session) if session else None
@@ -81,6 +85,7 @@ class DecodeAffinity:
         prompt: Sequence[int],
         session: str | None = None,
         key: str | None = None,
+        salt: str | None = None,
     ) -> str | None:
         """The replica among ``replicas`` that holds the session or the longest prefix of
         ``prompt``, if its queue is within ``max_imbalance`` of the shortest; else None."""
@@ -89,7 +94,7 @@ class DecodeAffinity:
             owner = self._sessions.get(session) if session else None
             if owner in fair:
                 return owner
-            hashes = self.prefixes.hashes(prompt, key)
+            hashes = self.prefixes.hashes(prompt, key, salt)
             best, matched = None, 0
             for replica in fair:
                 count = self.prefixes.matched_blocks(replica, hashes)
@@ -104,9 +109,10 @@ class DecodeAffinity:
         prompt: Sequence[int],
         session: str | None = None,
         key: str | None = None,
+        salt: str | None = None,
     ) -> None:
         """``replica`` got the request: it will hold the prompt's blocks (and the session)."""
-        hashes = self.prefixes.hashes(prompt, key)
+        hashes = self.prefixes.hashes(prompt, key, salt)
         with self._lock:
             self.prefixes.record(replica, hashes)
             _remember(self._routed, request_id, replica, MAX_IN_FLIGHT)
@@ -119,6 +125,7 @@ class DecodeAffinity:
         prompt: Sequence[int],
         answer: Sequence[int],
         key: str | None = None,
+        salt: str | None = None,
     ) -> None:
         """The request is over; its replica now caches its prompt and ``answer``."""
         with self._lock:
@@ -126,7 +133,9 @@ class DecodeAffinity:
         if replica is None:
             return
         tokens = [*prompt, *answer]
-        hashes = block_hashes(tokens, self.block_tokens, self.prefixes.hashes(prompt, key))
+        hashes = block_hashes(
+            tokens, self.block_tokens, self.prefixes.hashes(prompt, key, salt), salt
+        )
         with self._lock:
             self.prefixes.record(replica, hashes)
 

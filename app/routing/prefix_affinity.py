@@ -22,12 +22,14 @@ from collections.abc import Sequence
 
 
 def block_hashes(
-    token_ids: Sequence[int], block_tokens: int, known: Sequence[int] = ()
+    token_ids: Sequence[int], block_tokens: int, known: Sequence[int] = (), salt: str | None = None
 ) -> list[int]:
     """Chained hashes of the full blocks of ``token_ids``; ``known``: the hashes of its
-    first blocks, already worked out (of a prefix of ``token_ids``), which are kept."""
+    first blocks, already worked out (of a prefix of ``token_ids``), which are kept.
+    ``salt``: the request's ``cache_salt``, which starts the chain as it starts vLLM's,
+    so prompts of two salts share no block here either."""
     hashes = list(known)
-    previous = hashes[-1] if hashes else 0
+    previous = hashes[-1] if hashes else hash(salt) if salt else 0
     for start in range(len(hashes) * block_tokens, len(token_ids) - block_tokens + 1, block_tokens):
         previous = hash((previous, tuple(token_ids[start : start + block_tokens])))
         hashes.append(previous)
@@ -51,15 +53,18 @@ class PrefixAffinity:
         self._seen: dict[str, OrderedDict[int, None]] = {}
         self._memo: OrderedDict[tuple[str, int], list[int]] = OrderedDict()
 
-    def hashes(self, token_ids: Sequence[int], key: str | None = None) -> list[int]:
-        """The chained block hashes of ``token_ids``. ``key`` (a request id: the same
-        key must always come with the same tokens) keeps them for the next ask."""
+    def hashes(
+        self, token_ids: Sequence[int], key: str | None = None, salt: str | None = None
+    ) -> list[int]:
+        """The chained block hashes of ``token_ids`` (under ``salt``). ``key`` (a request
+        id: the same key must always come with the same tokens and salt) keeps them for
+        the next ask."""
         if key is None:
-            return block_hashes(token_ids, self.block_tokens)
+            return block_hashes(token_ids, self.block_tokens, salt=salt)
         memo = (key, len(token_ids))
         found = self._memo.get(memo)
         if found is None:
-            found = self._memo[memo] = block_hashes(token_ids, self.block_tokens)
+            found = self._memo[memo] = block_hashes(token_ids, self.block_tokens, salt=salt)
             if len(self._memo) > MEMO_SIZE:
                 self._memo.popitem(last=False)
         return found

@@ -1,7 +1,9 @@
 """The load arriving at the front door, as the SLO policy's model check reads it.
 
-Each ingress replica counts every request that reaches admission control, refused ones
-included (the pools never see those), and the mix of the requests it completed: prompt
+Each ingress replica counts every request it admits with a valid key and a well-formed
+body (not those it refuses: a cheap flood of refused or unauthenticated requests must
+not size the pools; under real overload the SLO rules, which read the pools' TTFT and
+queues, scale up), and the mix of the requests it completed: prompt
 and output tokens, and whether the prefill pool served the prompt. Serve polls the
 ingress's ``record_autoscaling_stats()`` (:meth:`DemandMeter.figures`), averages the
 figures over the look-back period and hands them to the application-level policy,

@@ -15,7 +15,12 @@ from deployments.cluster_env import harness_ports, serve_cluster_env
 
 
 def config_args(path: str | Path) -> dict[str, Any]:
-    return serve_file_args(path)
+    """A Serve file's app args, with the reporting tests and benchmarks read: the
+    ``splitserve`` field's internals and usage's cached tokens (off by default)."""
+    args = serve_file_args(path)
+    args.setdefault("ingress", {}).setdefault("report_internals", True)
+    args.setdefault("openai", {}).setdefault("enable_prompt_tokens_details", True)
+    return args
 
 
 def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

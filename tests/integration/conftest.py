@@ -38,7 +38,11 @@ def config_args(name: str) -> dict[str, Any]:
         # so the transfer tests can use short prompts.
         args.setdefault("router", {})["local_prefill_below_tokens"] = 64
         # Tool calling as tests/integration/test_vs_vllm.py starts vLLM's server.
-        args["openai"] = {"enable_auto_tool_choice": True, "tool_call_parser": "hermes"}
+        args["openai"] = {
+            "enable_auto_tool_choice": True,
+            "tool_call_parser": "hermes",
+            "enable_prompt_tokens_details": True,
+        }
         # A limit tests/integration/test_overload.py can exceed with one burst. The wait
         # rules stay out of the way (a burst's slow first tokens would shed the next
         # test's requests); tests/unit/test_admission.py covers them, and

@@ -63,7 +63,7 @@ class FakePool(PoolClient):
 
 @pytest.fixture(scope="module")
 def engine_client():
-    config = AppConfig()
+    config = AppConfig(openai={"enable_prompt_tokens_details": True})
     path = resolve_model(config.model.source)
     client = PoolEngineClient(
         ingress_vllm_config(config, path), Orchestrator(Mode.COLOCATED, FakePool()), 10
@@ -87,6 +87,7 @@ def make_client(
     )
     engine_client.request_timeout_s = timeout_s
     engine_client.on_complete = None
+    ingress.setdefault("report_internals", True)
     server = OpenAIServer(engine_client.serving, IngressConfig(**ingress), api_key, metrics_page)
     return TestClient(server.asgi_app())
 

@@ -154,9 +154,9 @@ def test_a_request_s_hashes_are_worked_out_once(monkeypatch):
     calls = []
     real = prefix_affinity.block_hashes
 
-    def counted(tokens, block_tokens, known=()):
+    def counted(tokens, block_tokens, known=(), salt=None):
         calls.append((len(tokens), len(known)))
-        return real(tokens, block_tokens, known)
+        return real(tokens, block_tokens, known, salt)
 
     monkeypatch.setattr(prefix_affinity, "block_hashes", counted)
     affinity = DecodeAffinity(block_tokens=BLOCK)
@@ -172,3 +172,12 @@ def test_a_request_s_hashes_are_worked_out_once(monkeypatch):
     affinity.ended("r", first, answer, key="r")
     assert calls == [(20, 0), (26, 5)]
     assert affinity.prefixes.matched_blocks("d1", real(first + answer, BLOCK)) == 6
+
+
+def test_prompts_of_two_salts_share_no_block_and_one_salt_shares_them():
+    affinity = DecodeAffinity(block_tokens=BLOCK)
+    first, _, _ = _turns()
+    affinity.routed("r1", "d1", first, key="r1", salt="tenant-a")
+    assert affinity.lacking(first, salt="tenant-a") == (len(first) % BLOCK, "d1")
+    assert affinity.lacking(first, salt="tenant-b") == (len(first), None)
+    assert affinity.lacking(first) == (len(first), None)
