@@ -33,6 +33,25 @@ def payload_dir() -> Path:
 PREFIX = "splitserve-kv-"
 
 
+def payload_path(path: object) -> str | None:
+    """``path`` if it names a payload file (one made by :func:`new_payload_path`, in
+    :func:`payload_dir`), else None: a path from anywhere else is never read, written
+    or removed, whoever handed it over."""
+    if not isinstance(path, str) or not path:
+        return None
+    name = os.path.basename(path)
+    real_dir = os.path.realpath(os.path.dirname(path))
+    if not name.startswith(PREFIX) or real_dir != os.path.realpath(payload_dir()):
+        return None
+    return os.path.join(real_dir, name)
+
+
+def create_private(path: str) -> int:
+    """A new file at ``path``, readable by this user only (``/dev/shm`` is shared by
+    every user of the host); it must not exist yet, nor be a link. Its descriptor."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+
+
 def new_payload_path(kind: str) -> str:
     """A new payload file's path, named after this process (see :func:`sweep_orphans`)."""
     return str(payload_dir() / f"{PREFIX}{os.getpid()}-{kind}-{uuid.uuid4().hex}")
@@ -103,7 +122,8 @@ async def materialize(ref: Any, path: str) -> tuple[int, float]:
 
     def write() -> None:
         try:
-            data.tofile(tmp)
+            with os.fdopen(create_private(tmp), "wb") as out:
+                data.tofile(out)
             os.replace(tmp, path)
         except BaseException:
             remove(path)

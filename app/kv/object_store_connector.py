@@ -47,6 +47,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
+from app.kv.object_store import create_private, payload_path
 from app.kv.payload import (
     LOAD_PATH,
     NUM_TOKENS,
@@ -129,16 +130,17 @@ class SplitserveObjectStoreConnector(KVConnectorBase_V1):  # type: ignore[misc]
     ) -> tuple[int | None, bool]:
         params = request.kv_transfer_params or {}
         prompt_len = len(request.prompt_token_ids or ())
-        if params.get(SAVE_PATH) and request.request_id not in self._saves:
-            self._saves[request.request_id] = _SaveState(str(params[SAVE_PATH]), prompt_len)
-        if not params.get(LOAD_PATH):
+        save, load = _checked(params, SAVE_PATH), _checked(params, LOAD_PATH)
+        if save and request.request_id not in self._saves:
+            self._saves[request.request_id] = _SaveState(save, prompt_len)
+        if not load:
             return 0, False
         # Leave the last prompt token to compute: decode needs its logits.
         available = min(int(params.get(NUM_TOKENS, 0)), prompt_len) - 1
         count = max(available - num_computed_tokens, 0)
         if count:
             self._loads[request.request_id] = _LoadState(
-                str(params[LOAD_PATH]), num_computed_tokens, num_computed_tokens + count
+                load, num_computed_tokens, num_computed_tokens + count
             )
         return count, False
 
@@ -191,10 +193,10 @@ class SplitserveObjectStoreConnector(KVConnectorBase_V1):  # type: ignore[misc]
             # Aborted (client gone, prefill timeout): the replica removed the payload path
             # when it stopped waiting, but a step already running wrote it after that. The
             # abort is processed after that step, so the file exists now: remove it.
-            path = (request.kv_transfer_params or {}).get(SAVE_PATH)
+            path = _checked(request.kv_transfer_params or {}, SAVE_PATH)
             if path:
-                _unlink(str(path))
-                _unlink(str(path) + ".tmp")
+                _unlink(path)
+                _unlink(path + ".tmp")
         self._saves.pop(request.request_id, None)
         self._loads.pop(request.request_id, None)
         self._confirmed_loads.pop(request.request_id, None)
@@ -278,7 +280,7 @@ class SplitserveObjectStoreConnector(KVConnectorBase_V1):  # type: ignore[misc]
             layers=tuple(slabs),
         )
         tmp = task.path + ".tmp"
-        with open(tmp, "wb") as out:
+        with os.fdopen(create_private(tmp), "wb") as out:
             out.write(encode_header(header))
             for chunk in chunks:
                 out.write(chunk.tobytes() if not chunk.flags.c_contiguous else chunk.data)
@@ -307,6 +309,17 @@ class SplitserveObjectStoreConnector(KVConnectorBase_V1):  # type: ignore[misc]
             source = blocks.narrow(dim, task.first_block, len(task.block_ids))
             ids = torch.tensor(task.block_ids, dtype=torch.long, device=cache.device)
             cache.index_copy_(dim, ids, source.to(cache.device))
+
+
+def _checked(params: dict[str, Any], key: str) -> str | None:
+    """The payload path ``params`` give under ``key``, if it is one (else None, logged)."""
+    given = params.get(key)
+    if not given:
+        return None
+    path = payload_path(given)
+    if path is None:
+        logger.warning("ignoring %s %r: not a KV payload file's path", key, given)
+    return path
 
 
 def _unlink(path: str) -> None:

@@ -45,11 +45,12 @@ async def test_a_fetch_that_completes_leaves_the_file_for_the_engine(tmp_path: P
         assert nbytes == 100 and f.read() == data.tobytes()
 
 
-def test_an_aborted_prefill_s_payload_is_removed_by_the_connector(tmp_path: Path):
+def test_an_aborted_prefill_s_payload_is_removed_by_the_connector(tmp_path: Path, monkeypatch):
     from vllm.v1.request import RequestStatus
 
     from app.kv.object_store_connector import SplitserveObjectStoreConnector
 
+    monkeypatch.setattr(object_store, "payload_dir", lambda: tmp_path)
     path = tmp_path / f"{object_store.PREFIX}1-prefill-z"
     path.write_bytes(b"kv")  # written by the step that ran while the abort was sent
     connector = SplitserveObjectStoreConnector.__new__(SplitserveObjectStoreConnector)
@@ -65,3 +66,51 @@ def test_an_aborted_prefill_s_payload_is_removed_by_the_connector(tmp_path: Path
     assert path.exists()  # kept: the replica publishes it
     finish(RequestStatus.FINISHED_ABORTED)
     assert not path.exists()
+
+
+def _connector():
+    from app.kv.object_store_connector import SplitserveObjectStoreConnector
+
+    connector = SplitserveObjectStoreConnector.__new__(SplitserveObjectStoreConnector)
+    connector._saves, connector._loads, connector._confirmed_loads = {}, {}, {}
+    return connector
+
+
+def test_paths_that_name_no_payload_file_are_never_read_written_or_removed(
+    tmp_path: Path, monkeypatch
+):
+    from vllm.v1.request import RequestStatus
+
+    from app.kv.payload import LOAD_PATH, NUM_TOKENS
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(object_store, "payload_dir", lambda: shm)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    outside = [
+        str(victim),
+        str(shm / ".." / "victim"),
+        str(shm / "not-a-payload"),
+        str(tmp_path / f"{object_store.PREFIX}elsewhere"),
+    ]
+    connector = _connector()
+    for path in outside:
+        request = SimpleNamespace(
+            request_id="r",
+            prompt_token_ids=[1, 2, 3, 4],
+            kv_transfer_params={LOAD_PATH: path, NUM_TOKENS: 4, SAVE_PATH: path},
+            status=RequestStatus.FINISHED_ABORTED,
+        )
+        assert connector.get_num_new_matched_tokens(request, 0) == (0, False)  # type: ignore[arg-type]
+        connector.request_finished(request, [])  # type: ignore[arg-type]
+    assert connector._loads == {} and connector._saves == {}
+    assert victim.read_bytes() == b"precious"
+    inside = str(shm / f"{object_store.PREFIX}1-decode-x")
+    assert object_store.payload_path(inside) == inside
+
+
+async def test_payload_files_are_readable_by_their_user_only(tmp_path: Path):
+    path = str(tmp_path / f"{object_store.PREFIX}1-decode-m")
+    await object_store.materialize(_ref(np.arange(10, dtype=np.uint8)), path)
+    assert os.stat(path).st_mode & 0o777 == 0o600
