@@ -5,7 +5,9 @@ checked against a colocated float32 oracle.
         --load 0.7 --fault-every-s 60 [--out docs/results/chaos_soak.json]
 
 The extension of :mod:`load_tests.fault_soak` (which kills decode replicas only and
-checks answers for length) that docs/reliability.md reports:
+checks answers for length) that docs/reliability.md reports. Each answer is checked
+twice: its token ids against the oracle's, and its text against the tokenizer's decode
+of those ids (holding none of its prompt's text):
 
 1. **Oracle.** A colocated app (serve_configs/colocated.yaml, float32) answers each prompt
    of a fixed pool once, greedily; its token ids are the truth. Then it stops.
@@ -35,14 +37,17 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 import ray
+from transformers import AutoTokenizer
 
 from app.config import AppConfig
+from app.engine.model_source import resolve_model
 from deployments.replicas import replica_actor_names
 from load_tests.fault_soak import blocks_free, memory_sample, rss_change, shm_files
 from load_tests.migration_bench import kill_busiest_decode
@@ -50,6 +55,7 @@ from load_tests.overload import capacity
 from load_tests.run_conditions import machine
 from tests.harness import aio_stream
 from tests.harness.local_app import LocalApp, config_args, merge
+from tests.harness.text_oracle import echoes, text_matches
 
 FLOAT32 = {"model": {"dtype": "float32"}}
 FAULTS = ("kill_prefill_replica", "kill_decode_replica", "sigkill_decode_engine", "redeploy")
@@ -83,6 +89,7 @@ class Answer:
 
     status: int = 0
     tokens: list[int] = field(default_factory=list)
+    text: str = ""
     error: str = ""
     report: dict[str, Any] = field(default_factory=dict)  # the `splitserve` field
     shed: int = 0  # 503s retried
@@ -108,6 +115,7 @@ async def ask(client: Any, url: str, request: dict[str, Any]) -> Answer:
                 else:
                     data = await response.json()
                     answer.tokens = list(data["choices"][0].get("token_ids") or [])
+                    answer.text = data["choices"][0].get("text") or ""
                     answer.report = data.get("splitserve") or {}
         except (TimeoutError, aiohttp.ClientError) as exc:
             answer.status, answer.error = 0, f"{type(exc).__name__}: {exc}"[:300]
@@ -115,7 +123,7 @@ async def ask(client: Any, url: str, request: dict[str, Any]) -> Answer:
             answer.shed += 1
             await asyncio.sleep(float(answer.retry_after))
             answer.status, answer.error, answer.retry_after = 0, "", None
-            answer.tokens = []
+            answer.tokens, answer.text = [], ""
             continue
         return answer
 
@@ -126,6 +134,7 @@ async def _streamed(response: Any, answer: Answer) -> None:
             answer.error = json.dumps(event["error"])[:300]
         for choice in event.get("choices") or ():
             answer.tokens.extend(choice.get("token_ids") or ())
+            answer.text += choice.get("text") or ""
         if event.get("splitserve"):
             answer.report = event["splitserve"]
 
@@ -224,8 +233,10 @@ async def soak(
     seconds: float,
     max_tokens: int,
     seed: int,
+    decode: Callable[[list[int]], str],
 ) -> list[dict[str, Any]]:
-    """Poisson arrivals; each answer compared with the oracle's."""
+    """Poisson arrivals; each answer compared with the oracle's, token for token, and its
+    text with ``decode`` of its token ids (the tokenizer's), holding none of its prompt."""
     rng = random.Random(seed)
     ends: list[dict[str, Any]] = []
     async with aio_stream.session(900) as client:
@@ -254,6 +265,11 @@ async def soak(
                     min(len(answer.tokens), len(truth[index])),
                 )
                 end["tokens"] = len(answer.tokens)
+            elif not text_matches(answer.text, decode(answer.tokens)) or echoes(
+                answer.text, decode(prompts[index])
+            ):
+                end["outcome"] = "wrong"
+                end["wrong_text"] = answer.text[:200]
             else:
                 end["outcome"] = "right"
             ends.append(end)
@@ -318,7 +334,14 @@ def main() -> None:
         sample()
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        ends = asyncio.run(soak(url, prompts, truth, rate, seconds, args.max_tokens, args.seed))
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model.source))
+
+        def decode(ids: list[int]) -> str:
+            return str(tokenizer.decode(ids, skip_special_tokens=True))
+
+        ends = asyncio.run(
+            soak(url, prompts, truth, rate, seconds, args.max_tokens, args.seed, decode)
+        )
         stop.set()
         watcher.join()
         if faults.rolling is not None:

@@ -41,13 +41,14 @@ pytestmark = pytest.mark.integration
 CONFIG = "serve_configs/default.yaml"
 # Two decode replicas (each bound to core 1; three engines on two cores is slow but
 # correct), one prefill replica; Ray gets a logical CPU per engine. A stopping decode
-# replica drains for 1 s only, so a redeploy cuts streams (of 500 tokens) and they migrate.
+# replica drains for 0.5 s only, so a redeploy cuts the streams (of 1,000 tokens, several
+# seconds each) in flight on it, and they migrate.
 # float32: a stream that moves has its streamed tokens prefilled in one pass on the new
 # engine; in bfloat16 that prefill's rounding differs from the token-by-token decode
 # enough to flip one of the random tiny model's near-ties (seen once moving to the other
 # replica: first difference at token 94 of 200).
 TWO_DECODE: dict[str, Any] = {
-    "decode": {"num_replicas": 2, "graceful_shutdown_timeout_s": 1},
+    "decode": {"num_replicas": 2, "graceful_shutdown_timeout_s": 0.5},
     "model": {"dtype": "float32"},
 }
 
@@ -108,13 +109,21 @@ def _engine(process: psutil.Process) -> bool:
         return False
 
 
+# Long enough that a stream in flight when its decode replica stops outlives the drain.
+STREAM_TOKENS = 1000
+# Rollouts at most: one whose stops happened to find no stream in flight on the stopping
+# decode replicas (a client between two streams, or waiting on a 503) cuts none, so
+# proves nothing about moving them; the next rollout tries again.
+MAX_ROLLOUTS = 3
+
+
 @dataclass
 class Load:
     """Closed-loop streaming clients that retry a 503 after its ``Retry-After``, as the
     OpenAI SDK does; any other outcome than a whole answer is a failure."""
 
     url: str
-    clients: int = 3
+    clients: int = 4
     done: int = 0
     migrated: int = 0
     shed: int = 0  # 503s (admission control while capacity is down), each retried
@@ -129,7 +138,7 @@ class Load:
                 length = rng.choice([40, 700])
                 body = {
                     "prompt": [rng.randrange(3, 1000) for _ in range(length)],
-                    "max_tokens": 500,
+                    "max_tokens": STREAM_TOKENS,
                     "temperature": 0,
                     "ignore_eos": True,
                     "stream": True,
@@ -175,33 +184,36 @@ def test_a_rolling_redeploy_under_load_fails_no_stream(app):
     load = Load(app.proxy_url)
     thread = threading.Thread(target=load.run)
     thread.start()
+    rollouts: list[str] = []
     try:
         wait_until(lambda: load.done >= 3 or bool(load.failures), 300, "the load to run")
         before = load.done
-        # A changed config is a new version of every deployment: Serve replaces each
-        # replica while the old ones drain (decode streams still running past the grace
-        # period migrate to a new replica).
-        upgraded = merge(
-            config_args(CONFIG),
-            {**TWO_DECODE, "decode": {"num_replicas": 2, "stream_interval_ms": 40}},
-        )
-        started = time.monotonic()
-        serve.run(build_app(upgraded), name=app.name, route_prefix="/")
-        rolled_s = time.monotonic() - started
-        # The new version serves too.
-        after = load.done
-        wait_until(lambda: load.done >= after + 3, 300, "the new replicas to serve")
+        for rollout in range(MAX_ROLLOUTS):
+            # A changed config is a new version of every deployment: Serve replaces each
+            # replica while the old ones drain (decode streams still running past the
+            # grace period migrate to a new replica).
+            decode = {"num_replicas": 2, "stream_interval_ms": 40 + rollout}
+            upgraded = merge(config_args(CONFIG), {**TWO_DECODE, "decode": decode})
+            started, migrated = time.monotonic(), load.migrated
+            serve.run(build_app(upgraded), name=app.name, route_prefix="/")
+            rolled_s = time.monotonic() - started
+            # The new version serves too (and the streams cut by the rollout are done).
+            after = load.done
+            wait_until(lambda a=after: load.done >= a + 4, 300, "the new replicas to serve")
+            rollouts.append(f"{rolled_s:.0f} s, {load.migrated - migrated} migrated")
+            if load.migrated or load.failures:
+                break
     finally:
         load.stop.set()
         thread.join(timeout=600)
     print(
-        f"rolled in {rolled_s:.0f} s: {load.done} streams, {load.migrated} migrated, "
+        f"rollouts ({'; '.join(rollouts)}): {load.done} streams, {load.migrated} migrated, "
         f"{load.shed} shed and retried"
     )
     assert not load.failures, load.failures
-    assert load.done > before, (before, load.done, rolled_s)
-    # Streams outlived their old decode replica's 1 s drain and moved to a new one.
-    assert load.migrated > 0, (load.done, load.shed)
+    assert load.done > before, (before, load.done, rollouts)
+    # Streams outlived their old decode replica's drain and moved to a new one.
+    assert load.migrated > 0, (load.done, load.shed, rollouts)
     assert_no_kv_held("Prefill", "Decode")
 
 
