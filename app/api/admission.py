@@ -72,8 +72,10 @@ class Ticket:
         self._admission = admission
         self._number = number
 
-    def parsed(self) -> None:
-        self._admission._parsed(self._number)
+    def parsed(self, samples: int = 1) -> None:
+        """The body is valid; it asks for ``samples`` engine requests (prompts times
+        ``n``), each of which waits for a first token: it counts as that many waiting."""
+        self._admission._parsed(self._number, samples)
 
     def first_token(self) -> None:
         self._admission._leave(self._number, served=True)
@@ -113,6 +115,8 @@ class Admission:
         # admitted, body not read yet: they count as waiting, but a client that sends its
         # body slowly must not make the oldest wait look long
         self._parsing: set[int] = set()
+        # admitted requests that asked for more than one sample -> the samples beyond one
+        self._extra: dict[int, int] = {}
         # Busy time: seconds during which some admitted request waited, summed so far.
         self._busy_s = 0.0
         self._busy_since: float | None = None  # when the queue last became non-empty
@@ -121,7 +125,9 @@ class Admission:
 
     @property
     def waiting(self) -> int:
-        return len(self._waiting)
+        """Engine requests waiting for a first token: one per admitted request, and one
+        more per sample beyond the first that a request asked for."""
+        return len(self._waiting) + sum(self._extra.values())
 
     def oldest_wait_s(self) -> float:
         """How long the longest-waiting admitted request has waited (0 when none)."""
@@ -170,11 +176,13 @@ class Admission:
         self._parsing.add(number)
         return Ticket(self, number)
 
-    def _parsed(self, number: int) -> None:
+    def _parsed(self, number: int, samples: int = 1) -> None:
         if number in self._parsing:
             self._parsing.discard(number)
             _, ahead = self._waiting.pop(number)
             self._waiting[number] = (self.clock(), ahead)  # waits from now, in order
+            if samples > 1:
+                self._extra[number] = samples - 1
 
     def _check(self) -> None:
         rate = self.drain_rate() if self.predicted_limit_s > 0 else None
@@ -238,6 +246,7 @@ class Admission:
         if entry is None:
             return
         self._parsing.discard(number)
+        self._extra.pop(number, None)
         since, ahead = entry
         busy = self._busy_now()
         if not self._waiting and self._busy_since is not None:

@@ -240,7 +240,7 @@ class OpenAIServer:
         except BaseException:  # the client left, or the task was cancelled: slot back
             ticket.done()
             raise
-        ticket.parsed()
+        ticket.parsed(_samples(parsed))
         self._arrived()  # demand: authenticated, admitted, well-formed work only
         response = await self._admitted(parsed, request, handler, ticket, arrived)
         if response.status_code == HTTPStatus.SERVICE_UNAVAILABLE:
@@ -440,6 +440,11 @@ def _validate(model: TypeAdapter[Any], body: dict[str, Any]) -> Any:
         # vLLM's "before" validators read the raw body and raise these on fields of the
         # wrong shape (``{"messages": null}``); pydantic passes them on unwrapped.
         raise bad_request(f"invalid request: a field has the wrong shape ({exc!r})") from exc
+
+
+def _samples(parsed: Any) -> int:
+    """Engine requests a validated request makes: prompts times ``n``."""
+    return _prompt_count(getattr(parsed, "prompt", None)) * _count(getattr(parsed, "n", 1))
 
 
 def _count(n: Any) -> int:

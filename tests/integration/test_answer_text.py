@@ -23,7 +23,7 @@ REQUESTS = 200
 
 def _prompt(number: int) -> str:
     rng = random.Random(number)
-    words = [rng.choice(WORDS) for _ in range(rng.choice((40, 90, 150, 220)))]
+    words = [rng.choice(WORDS) for _ in range(rng.choice((20, 45, 80, 130)))]
     return f"MARKER{number:04d} system secret. " + " ".join(words)
 
 

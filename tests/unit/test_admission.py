@@ -195,3 +195,16 @@ def test_a_client_slow_to_send_its_body_does_not_make_others_wait_long():
     slow.first_token()
     other.first_token()
     assert admission.waiting == 0
+
+
+def test_a_request_for_many_samples_counts_as_that_many_waiting():
+    admission = _admission(Clock(), max_waiting=10)
+    wide = admission.admit()
+    wide.parsed(samples=8)  # 2 prompts x n=4
+    assert admission.waiting == 8
+    _admit(admission)
+    _admit(admission)
+    with pytest.raises(Overloaded, match="10 requests already wait"):
+        _admit(admission)
+    wide.first_token()
+    assert admission.waiting == 2
