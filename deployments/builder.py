@@ -70,6 +70,9 @@ def _router_options(role: str, config: AppConfig) -> dict[str, Any]:
 
 def _pool(role: str, config: AppConfig, prefill: Application | None = None) -> Application:
     pool = config.pool_for(role)
+    # The engines never check the key: their replicas' init args (in GCS, on the
+    # dashboard) do not hold it.
+    config = config.model_copy(update={"ingress": config.ingress.without_key()})
     deployment: Deployment = serve.deployment()(LLMServer)
     return deployment.options(
         name=POOL_NAMES[role],

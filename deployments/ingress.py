@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from ray import serve
@@ -109,7 +108,7 @@ class Ingress:
                 "them before `serve run` or `ray start`, as `make run` does.",
                 " ".join(missing),
             )
-        api_key = os.environ.get("SPLITSERVE_API_KEY") or config.ingress.api_key
+        api_key = config.ingress.key()  # the environment's, the file's or the config's
         self._server = OpenAIServer(
             serving,
             config.ingress,

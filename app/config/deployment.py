@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from app.config.base import Strict
 from app.engine.cpu_affinity import CORE_LIST
@@ -259,10 +261,63 @@ class IngressConfig(DeploymentOptions):
         "the HTTP front end off the engines' cores on a machine with cores to spare. None "
         "leaves it to the OS, which measured better on 2 cores (docs/performance.md).",
     )
-    api_key: str | None = Field(
+    api_key: SecretStr | None = Field(
+        None,
+        description="Require `Authorization: Bearer <key>` on /v1/*, at least 16 "
+        "characters. A key written here is readable by anyone who can read the app's "
+        "config (Ray's dashboard, `serve config`): prefer `api_key_file`, or the "
+        "environment variable SPLITSERVE_API_KEY in the ingress replica, which override "
+        "it (the environment first). /health stays open. Engine replicas never get it.",
+    )
+    api_key_file: str | None = Field(
         None,
         min_length=1,
-        description="Require `Authorization: Bearer <key>` on /v1/*. The environment "
-        "variable SPLITSERVE_API_KEY, when set in the ingress replica, overrides it. "
-        "/health stays open.",
+        description="A file holding the API key (one line), read when the ingress starts; "
+        "refused unless only its owner may read it (mode 0600 or 0400), as ssh refuses "
+        "a private key others can read.",
     )
+
+    @field_validator("api_key")
+    @classmethod
+    def _key_long_enough(cls, key: SecretStr | None) -> SecretStr | None:
+        if key is not None:
+            check_key(key.get_secret_value(), "ingress.api_key")
+        return key
+
+    def key(self, environ: Mapping[str, str] = os.environ) -> str | None:
+        """The API key in force: SPLITSERVE_API_KEY, else ``api_key_file``'s, else
+        ``api_key``'s; None: no key. Raises ``ValueError`` naming what is wrong."""
+        if environ.get("SPLITSERVE_API_KEY"):
+            return check_key(environ["SPLITSERVE_API_KEY"], "SPLITSERVE_API_KEY")
+        if self.api_key_file is not None:
+            return read_key_file(self.api_key_file)
+        return None if self.api_key is None else self.api_key.get_secret_value()
+
+    def without_key(self) -> IngressConfig:
+        """This config less the key, for replicas that do not check it (the pools)."""
+        return self.model_copy(update={"api_key": None, "api_key_file": None})
+
+
+MIN_KEY_LENGTH = 16
+
+
+def check_key(key: str, where: str) -> str:
+    """``key`` if it is long enough to be a key, else ``ValueError`` naming ``where``."""
+    key = key.strip()
+    if len(key) < MIN_KEY_LENGTH:
+        raise ValueError(
+            f"{where}: an API key needs at least {MIN_KEY_LENGTH} characters, got {len(key)}"
+        )
+    return key
+
+
+def read_key_file(path: str) -> str:
+    """The key in ``path``, which only its owner may read."""
+    mode = os.stat(path).st_mode
+    if mode & 0o077:
+        raise ValueError(
+            f"ingress.api_key_file {path} is readable by others (mode {mode & 0o777:o}): "
+            "`chmod 600` it"
+        )
+    with open(path, encoding="utf-8") as file:
+        return check_key(file.read(), f"ingress.api_key_file {path}")

@@ -165,3 +165,41 @@ def test_load_tests_and_planner_read_the_slo_block(tmp_path):
     assert (slo.ttft_s, slo.tpot_s) == (config.ttft_s, 0.007)
     slo, target = slo_from_options(parser.parse_args([]))
     assert (slo.ttft_s, slo.tpot_s, target) == (0.2, 0.02, 0.9)
+
+
+KEY = "s3cret-" + "k" * 16
+
+
+def test_the_api_key_never_prints_and_a_short_one_is_refused():
+    config = AppConfig.model_validate({"ingress": {"api_key": KEY}})
+    assert KEY not in repr(config) and KEY not in str(config.ingress)
+    assert config.ingress.key(environ={}) == KEY
+    with pytest.raises(ValidationError, match="at least 16 characters"):
+        AppConfig.model_validate({"ingress": {"api_key": "x"}})
+
+
+def test_the_key_comes_from_the_environment_then_a_private_file_then_the_config(tmp_path):
+    import os
+
+    from app.config import IngressConfig
+
+    path = tmp_path / "key"
+    path.write_text("f" * 20 + "\n")
+    os.chmod(path, 0o600)
+    ingress = IngressConfig(api_key=KEY, api_key_file=str(path))
+    assert ingress.key(environ={}) == "f" * 20
+    assert ingress.key(environ={"SPLITSERVE_API_KEY": "e" * 16}) == "e" * 16
+    os.chmod(path, 0o644)
+    with pytest.raises(ValueError, match="readable by others"):
+        ingress.key(environ={})
+
+
+def test_the_engine_replicas_are_built_without_the_key():
+    from deployments.builder import build_app
+
+    app = build_app({"ingress": {"api_key": KEY}})
+    ingress_config = app._bound_deployment.init_args[0]
+    assert ingress_config.ingress.api_key.get_secret_value() == KEY
+    for pool in app._bound_deployment.init_args[1:]:
+        if pool is not None:
+            assert pool._bound_deployment.init_args[1].ingress.api_key is None
