@@ -1,4 +1,5 @@
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -197,7 +198,7 @@ def test_the_key_comes_from_the_environment_then_a_private_file_then_the_config(
 def test_the_engine_replicas_are_built_without_the_key():
     from deployments.builder import build_app
 
-    app = build_app({"ingress": {"api_key": KEY}})
+    app: Any = build_app({"ingress": {"api_key": KEY}})
     ingress_config = app._bound_deployment.init_args[0]
     assert ingress_config.ingress.api_key.get_secret_value() == KEY
     for pool in app._bound_deployment.init_args[1:]:
