@@ -120,8 +120,8 @@ async def test_a_client_that_leaves_mid_upload_gives_its_slot_back(engine_client
     assert server.admission.waiting == 0
 
 
-async def test_a_request_cancelled_mid_upload_gives_its_slot_back(engine_client):
-    server, _ = _server(engine_client)
+def _stalls_after_a_part() -> Any:
+    """An ASGI ``receive`` that sends part of a body, then nothing more (a slow upload)."""
     first = True
 
     async def receive() -> dict[str, Any]:
@@ -132,24 +132,19 @@ async def test_a_request_cancelled_mid_upload_gives_its_slot_back(engine_client)
         await asyncio.sleep(3600)
         raise AssertionError("never")
 
+    return receive
+
+
+async def test_a_request_cancelled_mid_upload_gives_its_slot_back(engine_client):
+    server, _ = _server(engine_client)
     with pytest.raises(TimeoutError):
-        await asyncio.wait_for(_drive(server, receive), 0.2)
+        await asyncio.wait_for(_drive(server, _stalls_after_a_part()), 0.2)
     assert server.admission.waiting == 0
 
 
 async def test_a_body_slower_than_the_deadline_is_a_408_and_gives_its_slot_back(engine_client):
     server, _ = _server(engine_client, body_timeout_s=0.2)
-    first = True
-
-    async def receive() -> dict[str, Any]:
-        nonlocal first
-        if first:
-            first = False
-            return {"type": "http.request", "body": b'{"pro', "more_body": True}
-        await asyncio.sleep(3600)
-        raise AssertionError("never")
-
-    sent = await asyncio.wait_for(_drive(server, receive), 5)
+    sent = await asyncio.wait_for(_drive(server, _stalls_after_a_part()), 5)
     assert sent[0]["status"] == 408
     assert b"ingress.body_timeout_s" in sent[1]["body"]
     assert server.admission.waiting == 0

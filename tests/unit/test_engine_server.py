@@ -108,6 +108,19 @@ async def test_a_load_failure_the_connector_did_not_refuse_is_kv_load():
     assert _failure(items) is FailureKind.KV_LOAD
 
 
+def _from_prefill(source: str) -> GenerateRequest:
+    """A request whose NIXL KV prefill replica ``source`` (engine ``prefill-e1``) holds."""
+    return GenerateRequest(
+        "r",
+        [1, 2, 3],
+        SamplingParams(max_tokens=4),
+        kv_transfer_params={"remote_block_ids": [[1]], "remote_engine_id": "prefill-e1"},
+        kv_num_tokens=3,
+        kv_expires_at=time.time() + 20,
+        kv_source=source,
+    )
+
+
 class Forgetful(NoEngine):
     """Records the calls into its worker."""
 
@@ -132,16 +145,7 @@ async def test_kv_held_by_a_prefill_replica_that_is_gone_is_refused_and_its_engi
         return replica == "prefill-live"
 
     server.peer_alive = alive
-    request = GenerateRequest(
-        "r",
-        [1, 2, 3],
-        SamplingParams(max_tokens=4),
-        kv_transfer_params={"remote_block_ids": [[1]], "remote_engine_id": "prefill-e1"},
-        kv_num_tokens=3,
-        kv_expires_at=time.time() + 20,
-        kv_source="prefill-dead",
-    )
-    items = [item async for item in server.generate(request)]
+    items = [item async for item in server.generate(_from_prefill("prefill-dead"))]
     assert _failure(items) is FailureKind.KV_FENCED
     assert asked == ["prefill-dead"] and engine.generated == []
     assert engine.calls == [(METHOD, (["prefill-e1"],))]
@@ -155,16 +159,7 @@ async def test_a_liveness_lookup_that_fails_falls_back_instead_of_failing_the_re
         raise RuntimeError("gcs: deadline exceeded")
 
     server.peer_alive = alive
-    request = GenerateRequest(
-        "r",
-        [1, 2, 3],
-        SamplingParams(max_tokens=4),
-        kv_transfer_params={"remote_block_ids": [[1]], "remote_engine_id": "prefill-e1"},
-        kv_num_tokens=3,
-        kv_expires_at=time.time() + 20,
-        kv_source="prefill-1",
-    )
-    items = [item async for item in server.generate(request)]
+    items = [item async for item in server.generate(_from_prefill("prefill-1"))]
     assert _failure(items) is FailureKind.KV_FENCED
     # Not known to be gone: its engine is not made to forget the peer, nor read from it.
     assert engine.generated == [] and engine.calls == []

@@ -388,37 +388,28 @@ async def test_the_read_deadline_is_set_when_the_prefill_ends_not_when_the_clien
     assert sent.kv_expires_at == expected
 
 
-async def test_a_replica_only_unreachable_keeps_the_prefills_blocks_for_the_lease():
+@pytest.mark.parametrize(
+    ("certain", "released"),
+    [
+        (False, 0),  # only unreachable: its read may still run, only the lease frees them
+        (True, 1),  # surely dead: no read runs, they are freed at once
+    ],
+)
+async def test_the_prefills_blocks_are_freed_early_only_when_the_replica_surely_died(
+    certain, released
+):
     from app.flow.migration import LostCause, ReplicaLost
 
-    class Unreachable(ScriptedDecode):
+    class Lost(ScriptedDecode):
         async def generate(self, request):
             self.generated.append(request)
             yield Started("d-1")
-            raise ReplicaLost(LostCause.REPLICA_DIED, "unavailable", certain=False)
+            raise ReplicaLost(LostCause.REPLICA_DIED, "gone", certain=certain)
 
-    prefill, decode = SamplingPrefill(), Unreachable([])
+    prefill, decode = SamplingPrefill(), Lost([])
     orchestrator = _orchestrator(prefill, decode)
     orchestrator.migration = orchestrator.migration.model_copy(update={"enabled": False})
     with pytest.raises(ReplicaLost):
         await _run(orchestrator, _request(temperature=1.0))
     await asyncio.sleep(0)
-    assert prefill.released == []  # its read may still run: only the lease frees them
-
-
-async def test_a_replica_surely_dead_frees_the_prefills_blocks_at_once():
-    from app.flow.migration import LostCause, ReplicaLost
-
-    class Dead(ScriptedDecode):
-        async def generate(self, request):
-            self.generated.append(request)
-            yield Started("d-1")
-            raise ReplicaLost(LostCause.REPLICA_DIED, "actor died")
-
-    prefill, decode = SamplingPrefill(), Dead([])
-    orchestrator = _orchestrator(prefill, decode)
-    orchestrator.migration = orchestrator.migration.model_copy(update={"enabled": False})
-    with pytest.raises(ReplicaLost):
-        await _run(orchestrator, _request(temperature=1.0))
-    await asyncio.sleep(0)
-    assert len(prefill.released) == 1
+    assert len(prefill.released) == released
