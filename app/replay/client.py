@@ -1,0 +1,132 @@
+"""The open-loop replay client: each request sent at its arrival time, whatever the
+server is doing, against any OpenAI-compatible ``/v1/completions``.
+
+Open loop: a request's send is scheduled at an absolute time and never waits for an
+earlier answer, so an overloaded server cannot slow the clock (no coordinated
+omission); every time is counted from the scheduled arrival, and how late each send
+really left is reported (``send_lag_ms``): a client that cannot keep up shows there.
+Each prompt is random token ids of the stated length (``ignore_eos`` and ``max_tokens``
+force the stated output), its own per request, so no prompt shares a cached prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.replay.trace import TraceRequest
+
+
+@dataclass
+class Answer:
+    """What one request got: times in seconds from its scheduled arrival."""
+
+    at_s: float
+    prompt_tokens: int
+    output_tokens: int  # asked for
+    status: int = 0
+    error: str = ""
+    send_lag_s: float = 0.0
+    token_times_s: list[float] = field(default_factory=list)
+    path: str = ""  # from the `splitserve` field where the server sends one
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.token_times_s[0] if self.token_times_s else None
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first (None: fewer than two)."""
+        times = self.token_times_s
+        if len(times) < 2:
+            return None
+        return (times[-1] - times[0]) / (len(times) - 1)
+
+    @property
+    def answered(self) -> bool:
+        return self.status == 200 and not self.error and bool(self.token_times_s)
+
+
+def prompt_ids(rng: random.Random, length: int, vocab: int) -> list[int]:
+    return [rng.randrange(3, vocab) for _ in range(length)]
+
+
+async def replay(
+    url: str,
+    model: str,
+    requests: Sequence[TraceRequest],
+    seed: int = 0,
+    vocab: int = 1000,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 600.0,
+) -> list[Answer]:
+    """Send ``requests`` at their times to ``url``; one :class:`Answer` each, in order."""
+    import httpx
+
+    rng = random.Random(seed)
+    prompts = [prompt_ids(rng, r.prompt_tokens, vocab) for r in requests]
+    answers = [Answer(r.at_s, r.prompt_tokens, r.output_tokens) for r in requests]
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(timeout=timeout_s, limits=limits, headers=headers) as client:
+        started = time.perf_counter() + 0.5  # room to schedule every send
+
+        async def send(index: int) -> None:
+            request, answer = requests[index], answers[index]
+            due = started + request.at_s
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            answer.send_lag_s = time.perf_counter() - due
+            body = {
+                "model": model,
+                "prompt": prompts[index],
+                "max_tokens": request.output_tokens,
+                "temperature": 0,
+                "ignore_eos": True,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "return_token_ids": True,
+            }
+            try:
+                await _stream(client, url, body, due, answer)
+            except httpx.HTTPError as exc:
+                answer.error = f"{type(exc).__name__}: {exc}"[:200]
+
+        await asyncio.gather(*(send(i) for i in range(len(requests))))
+    return answers
+
+
+async def _stream(client: Any, url: str, body: dict[str, Any], due: float, answer: Answer) -> None:
+    async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
+        answer.status = response.status_code
+        if response.status_code != 200:
+            answer.error = (await response.aread()).decode(errors="replace")[:200]
+            return
+        async for line in response.aiter_lines():  # read to the end, as the server closes
+            if not line.startswith("data:"):
+                continue
+            data = line[len("data:") :].strip()
+            if data == "[DONE]":
+                continue
+            event = json.loads(data)
+            if "error" in event:
+                answer.error = json.dumps(event["error"])[:200]
+                continue
+            now = time.perf_counter() - due
+            for choice in event.get("choices") or ():
+                ids = choice.get("token_ids")
+                count = len(ids) if ids is not None else int(bool(choice.get("text")))
+                answer.token_times_s += [now] * count
+            report = event.get("splitserve")
+            if report:
+                answer.path = _path(report)
+
+
+def _path(report: dict[str, Any]) -> str:
+    """How the request was served, as the ``splitserve`` field says: ``local`` (prefilled
+    where it decoded), or the KV's transport (``nixl``, ``object_store``, ``recompute``)."""
+    transport = report.get("kv_transport")
+    return str(transport) if transport else "local"

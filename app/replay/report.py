@@ -1,0 +1,50 @@
+"""One replay's figures, each stated with the window and scales it was measured under."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from app.replay.client import Answer
+from app.replay.slo import Slo, attainment, fluidity_index, meets
+from app.replay.trace import Window
+
+
+def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
+    """p50 / p95 / p99 in milliseconds (nearest rank); None for no values."""
+    if not values:
+        return {"p50": None, "p95": None, "p99": None}
+    ordered = sorted(values)
+
+    def rank(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
+
+    return {"p50": rank(0.50), "p95": rank(0.95), "p99": rank(0.99)}
+
+
+def summary(answers: Sequence[Answer], window: Window, slo: Slo) -> dict[str, Any]:
+    """Counts, latencies, attainment, fluidity-index and goodput of a replay."""
+    answered = [a for a in answers if a.answered]
+    statuses = Counter(
+        "error event" if a.status == 200 and a.error else str(a.status or "no answer")
+        for a in answers
+    )
+    outcomes = [(a.ttft_s, a.tpot_s) if a.answered else (None, None) for a in answers]
+    streams = [(a.token_times_s if a.answered else [], a.output_tokens) for a in answers]
+    span_s = window.duration_s / window.rate_scale
+    met = sum(meets(ttft, tpot, slo) for ttft, tpot in outcomes)
+    return {
+        "window": window.stated(),
+        "slo": {"ttft_ms": slo.ttft_s * 1000, "tpot_ms": slo.tpot_s * 1000},
+        "requests": len(answers),
+        "answered": len(answered),
+        "statuses": dict(statuses),
+        "ttft_ms": _percentiles([a.ttft_s for a in answered if a.ttft_s is not None]),
+        "tpot_ms": _percentiles([a.tpot_s for a in answered if a.tpot_s is not None]),
+        "slo_attainment": round(attainment(outcomes, slo), 4),
+        "fluidity_index": round(fluidity_index(streams, slo), 4),
+        "goodput_rps": round(met / span_s, 3),
+        "paths": dict(Counter(a.path or "unknown" for a in answered)),
+        "send_lag_ms": _percentiles([a.send_lag_s for a in answers]),
+    }

@@ -1,0 +1,93 @@
+"""A request trace in Azure's LLM inference trace format, and the window of it a replay sends.
+
+The format (``TIMESTAMP,ContextTokens,GeneratedTokens``) is the Azure Public Dataset's;
+the conversation trace of 2023 ships with the project (``app/replay/data``, CC-BY 4.0).
+A replay takes a window of it (``start_s``, ``duration_s`` from the first arrival) and
+scales it: arrivals sped up ``rate_scale`` times (the gaps divided), prompt and output
+lengths multiplied by ``length_scale`` (each at least one token, prompts at most
+``max_prompt_tokens``). Every figure a replay reports is stated with these factors.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+BUILTIN = Path(__file__).parent / "data" / "azure_conv_2023.csv"
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One request: when it arrives (seconds from the window's start) and its lengths."""
+
+    at_s: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Window:
+    """Which part of a trace is replayed, and how it is scaled."""
+
+    start_s: float = 0.0
+    duration_s: float = 120.0
+    rate_scale: float = 1.0
+    length_scale: float = 1.0
+    output_scale: float | None = None  # None: as ``length_scale``
+    max_prompt_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.start_s < 0 or self.duration_s <= 0:
+            raise ValueError("a window starts at 0 s or later and lasts more than 0 s")
+        if self.rate_scale <= 0 or self.length_scale <= 0 or (self.output_scale or 1) <= 0:
+            raise ValueError("rate and length scales must be positive")
+
+    def stated(self) -> dict[str, Any]:
+        """The window and scales, as every report states them."""
+        return asdict(self)
+
+
+def read_trace(path: str | Path = BUILTIN) -> list[tuple[float, int, int]]:
+    """The trace's requests as (seconds since its first arrival, prompt, output), in
+    arrival order. Raises ``ValueError`` naming the line of a malformed row."""
+    rows: list[tuple[datetime, int, int]] = []
+    with open(path, newline="", encoding="utf-8-sig") as file:
+        reader = csv.DictReader(file)
+        missing = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{path}: not an Azure LLM trace, it lacks {sorted(missing)}")
+        for line, row in enumerate(reader, start=2):
+            try:
+                stamp = datetime.fromisoformat(row["TIMESTAMP"].strip()[:26])
+                rows.append((stamp, int(row["ContextTokens"]), int(row["GeneratedTokens"])))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{path}:{line}: {exc}") from exc
+    rows.sort(key=lambda r: r[0])
+    if not rows:
+        return []
+    first = rows[0][0]
+    return [((stamp - first).total_seconds(), p, o) for stamp, p, o in rows]
+
+
+def windowed(rows: list[tuple[float, int, int]], window: Window) -> list[TraceRequest]:
+    """The requests of ``window``, their arrivals from its start divided by its rate
+    scale and their lengths scaled."""
+    output_scale = window.length_scale if window.output_scale is None else window.output_scale
+    end = window.start_s + window.duration_s
+    chosen = []
+    for at_s, prompt, output in rows:
+        if window.start_s <= at_s < end:
+            scaled_prompt = max(1, round(prompt * window.length_scale))
+            if window.max_prompt_tokens is not None:
+                scaled_prompt = min(scaled_prompt, window.max_prompt_tokens)
+            chosen.append(
+                TraceRequest(
+                    (at_s - window.start_s) / window.rate_scale,
+                    scaled_prompt,
+                    max(1, round(output * output_scale)),
+                )
+            )
+    return chosen

@@ -1,0 +1,90 @@
+"""The trace replay's pure parts: reading and windowing a trace, attainment, and the
+fluidity-index against hand-worked streams."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.replay.client import Answer
+from app.replay.report import summary
+from app.replay.slo import Slo, attainment, deadlines_met, fluidity_index
+from app.replay.trace import BUILTIN, Window, read_trace, windowed
+
+SLO = Slo(ttft_s=0.25, tpot_s=0.05)
+
+
+def test_the_shipped_azure_trace_reads_in_order_from_zero():
+    rows = read_trace(BUILTIN)
+    assert len(rows) == 19366
+    assert rows[0][0] == 0.0 and all(a[0] <= b[0] for a, b in zip(rows, rows[1:], strict=False))
+    assert rows[0][1:] == (374, 44)
+    assert 3400 < rows[-1][0] < 3600  # 58 minutes
+
+
+def test_a_window_is_cut_sped_up_and_scaled(tmp_path: Path):
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:00:00.0000000,100,10\n"
+        "2023-11-16 18:00:10.0000000,1000,50\n"
+        "2023-11-16 18:00:20.5000000,3000,3\n"
+        "2023-11-16 18:00:40.0000000,7,7\n"
+    )
+    window = Window(
+        start_s=10,
+        duration_s=20,
+        rate_scale=5,
+        length_scale=0.5,
+        output_scale=0.1,
+        max_prompt_tokens=1024,
+    )
+    got = windowed(read_trace(trace), window)
+    assert [(r.at_s, r.prompt_tokens, r.output_tokens) for r in got] == [
+        (0.0, 500, 5),
+        (2.1, 1024, 1),  # 10.5 s after the start / 5; capped prompt; at least one token
+    ]
+    assert window.stated()["rate_scale"] == 5
+
+
+def test_a_file_that_is_not_a_trace_is_refused_naming_what_it_lacks(tmp_path: Path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("time,prompt\n1,2\n")
+    with pytest.raises(ValueError, match="lacks"):
+        read_trace(bad)
+    worse = tmp_path / "worse.csv"
+    worse.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,2\n")
+    with pytest.raises(ValueError, match=":2:"):
+        read_trace(worse)
+
+
+def test_attainment_needs_both_bounds_and_counts_refusals_as_missed():
+    outcomes = [(0.1, 0.02), (0.3, 0.02), (0.1, 0.06), (0.2, None), (None, None)]
+    assert attainment(outcomes, SLO) == 2 / 5
+
+
+def test_the_fluidity_index_counts_one_stall_once():
+    smooth = [0.1 + 0.04 * i for i in range(10)]  # every deadline met
+    assert deadlines_met(smooth, SLO) == 10
+    # A 1 s stall before token 5: that token misses; later deadlines run from it.
+    stalled = [0.1 + 0.04 * i for i in range(5)] + [1.3 + 0.04 * i for i in range(5)]
+    assert deadlines_met(stalled, SLO) == 9
+    late_first = [0.5 + 0.04 * i for i in range(4)]
+    assert deadlines_met(late_first, SLO) == 3  # all but the late first token
+    # A stream cut short misses its remaining deadlines; a refused one all of them.
+    assert fluidity_index([(smooth, 10), (smooth[:5], 10), ([], 5)], SLO) == 15 / 25
+
+
+def test_the_report_states_the_window_and_counts_outcomes():
+    window = Window(duration_s=10, rate_scale=2)
+    answers = [
+        Answer(0.0, 10, 3, status=200, token_times_s=[0.1, 0.12, 0.15], path="nixl"),
+        Answer(0.5, 10, 3, status=503, error="overloaded"),
+    ]
+    report = summary(answers, window, SLO)
+    assert report["window"]["rate_scale"] == 2 and report["requests"] == 2
+    assert report["statuses"] == {"200": 1, "503": 1}
+    assert report["slo_attainment"] == 0.5 and report["goodput_rps"] == 0.2
+    assert report["paths"] == {"nixl": 1}
+    assert report["fluidity_index"] == 0.5
