@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from app.config.base import Strict
+
+
+class UnpinnedModel(UserWarning):
+    """A hub model is loaded at no fixed revision."""
+
+
+def _from_hub(source: str) -> bool:
+    """Whether ``source`` names a hub model (``org/name``), not a builtin or a folder."""
+    return (
+        not source.startswith("builtin:")
+        and not os.path.isdir(source)
+        and source.count("/") == 1
+        and not source.startswith((".", "/", "~"))
+    )
 
 
 class ModelConfig(Strict):
@@ -17,6 +33,13 @@ class ModelConfig(Strict):
         description="`builtin:tiny-llama` (generated locally), a local HF model folder, "
         "or a hub id.",
         min_length=1,
+    )
+    revision: str | None = Field(
+        None,
+        min_length=1,
+        description="A hub model's revision (a commit hash, best): weights, config and "
+        "tokenizer as of it, on every host and every restart. Unset, the hub's newest is "
+        "loaded wherever an engine starts (a warning says so).",
     )
     served_name: str | None = Field(
         None,
@@ -56,6 +79,17 @@ class ModelConfig(Strict):
         "`structured_outputs_config.backend`), used by `response_format`, "
         "`structured_outputs` and tool calls that name a function or are required.",
     )
+
+    @model_validator(mode="after")
+    def _hub_models_are_pinned(self) -> ModelConfig:
+        if self.revision is None and _from_hub(self.source):
+            warnings.warn(
+                f"model.source {self.source!r} is a hub model with no model.revision: each "
+                "engine loads whatever the hub serves when it starts; pin a commit hash",
+                UnpinnedModel,
+                stacklevel=2,
+            )
+        return self
 
     @model_validator(mode="after")
     def _executor_fits_parallelism(self) -> ModelConfig:

@@ -136,6 +136,8 @@ def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: 
     pool = config.pool_for(role)
     return AsyncEngineArgs(
         model=model_path,
+        revision=model.revision,
+        tokenizer_revision=model.revision,
         served_model_name=[model.name],
         max_model_len=model.max_model_len,
         dtype=model.dtype,

@@ -9,6 +9,10 @@ from app.config import AppConfig, Mode, serve_file_args, serve_file_policy
 CONFIGS = sorted(Path(__file__).parents[2].joinpath("serve_configs").glob("*.yaml"))
 
 
+# The GPU host configs: GPUs the app takes, and each engine's tensor parallel degree.
+GPU_HOSTS = {"gpu_one.yaml": (1, 1), "gpu.yaml": (2, 1), "gpu_tp8.yaml": (8, 4)}
+
+
 def _args(path: Path):
     return serve_file_args(path)
 
@@ -16,11 +20,18 @@ def _args(path: Path):
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_shipped_configs_validate(path):
     config = AppConfig.model_validate(_args(path))
-    if path.name == "gpu.yaml":  # a real model on GPUs: no core binding, KV in GPU memory
-        assert config.model.name == "llama-3.1-8b-instruct"
-        assert config.prefill.ray_actor_options.num_gpus == 1
-        assert config.decode.ray_actor_options.num_gpus == 1
-        assert config.prefill.cpu_binding is None and config.decode.cpu_binding is None
+    if path.name in GPU_HOSTS:  # a real model on GPUs: no core binding, KV in GPU memory
+        gpus, tensor_parallel = GPU_HOSTS[path.name]
+        pools = (config.prefill, config.decode)
+        used = sum(p.ray_actor_options.num_gpus * (p.num_replicas or 1) for p in pools)
+        assert used == gpus and config.model.tensor_parallel_size == tensor_parallel
+        for pool in pools:  # each engine has as many GPUs as its tensor parallel degree
+            assert pool.ray_actor_options.num_gpus in (tensor_parallel, 0.5)
+            assert pool.cpu_binding is None
+        if config.decode.ray_actor_options.num_gpus < 1:  # two engines share a card
+            assert config.model.gpu_memory_utilization * 2 < 0.9
+        # One host: the NIXL listener (no authentication) stays on loopback.
+        assert config.transport.side_channel_host == "127.0.0.1"
         return
     assert config.model.name == "tiny-llama"
 
@@ -204,3 +215,20 @@ def test_the_engine_replicas_are_built_without_the_key():
     for pool in app._bound_deployment.init_args[1:]:
         if pool is not None:
             assert pool._bound_deployment.init_args[1].ingress.api_key is None
+
+
+def test_a_hub_model_without_a_revision_is_warned_about_and_one_with_it_is_passed_on():
+    from app.config.model import ModelConfig, UnpinnedModel
+    from app.engine.setup import engine_arguments
+    from app.flow.records import Role
+
+    with pytest.warns(UnpinnedModel, match="no model.revision"):
+        ModelConfig(source="org/model")
+    pinned = AppConfig.model_validate({"model": {"source": "org/model", "revision": "abc123"}})
+    args = engine_arguments(Role.DECODE, pinned, "org/model", "e")
+    assert args.revision == args.tokenizer_revision == "abc123"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ModelConfig(source="builtin:tiny-llama")  # generated locally: nothing to pin
