@@ -313,7 +313,10 @@ def check_key(key: str, where: str) -> str:
 
 def read_key_file(path: str) -> str:
     """The key in ``path``, which only its owner may read."""
-    mode = os.stat(path).st_mode
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ValueError(f"ingress.api_key_file {path}: {exc.strerror}") from exc
     if mode & 0o077:
         raise ValueError(
             f"ingress.api_key_file {path} is readable by others (mode {mode & 0o777:o}): "

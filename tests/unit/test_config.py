@@ -232,3 +232,20 @@ def test_a_hub_model_without_a_revision_is_warned_about_and_one_with_it_is_passe
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ModelConfig(source="builtin:tiny-llama")  # generated locally: nothing to pin
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_a_config_that_serves_every_interface_asks_for_a_key(path):
+    import yaml
+
+    host = (yaml.safe_load(path.read_text()).get("http_options") or {}).get("host")
+    ingress = AppConfig.model_validate(_args(path)).ingress
+    if host not in ("127.0.0.1", "localhost", None):
+        assert ingress.api_key_file is not None or ingress.api_key is not None, path.name
+
+
+def test_a_missing_key_file_is_an_error_naming_it(tmp_path):
+    from app.config import IngressConfig
+
+    with pytest.raises(ValueError, match="api_key_file .*No such file"):
+        IngressConfig(api_key_file=str(tmp_path / "none")).key(environ={})
