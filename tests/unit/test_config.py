@@ -247,5 +247,5 @@ def test_a_config_that_serves_every_interface_asks_for_a_key(path):
 def test_a_missing_key_file_is_an_error_naming_it(tmp_path):
     from app.config import IngressConfig
 
-    with pytest.raises(ValueError, match="api_key_file .*No such file"):
+    with pytest.raises(ValueError, match=r"api_key_file .*No such file"):
         IngressConfig(api_key_file=str(tmp_path / "none")).key(environ={})
