@@ -129,6 +129,11 @@ class Admission:
         more per sample beyond the first that a request asked for."""
         return len(self._waiting) + sum(self._extra.values())
 
+    @property
+    def parsing(self) -> int:
+        """Admitted requests whose body is still being read."""
+        return len(self._parsing)
+
     def oldest_wait_s(self) -> float:
         """How long the longest-waiting admitted request has waited (0 when none)."""
         for number, (since, _) in self._waiting.items():

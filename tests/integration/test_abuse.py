@@ -30,6 +30,9 @@ def _served_in_full(http: Any, base: str) -> None:
     with ThreadPoolExecutor(ADMISSION_MAX_WAITING) as pool:
         statuses = list(pool.map(one, range(ADMISSION_MAX_WAITING)))
     assert statuses == [200] * ADMISSION_MAX_WAITING, statuses
+    page = http.get(f"{base}/metrics").text  # the ingress's admission gauges, live
+    assert "\nsplitserve_admission_waiting 0\n" in page
+    assert "\nsplitserve_admission_parsing 0\n" in page
 
 
 def _status(response: Any) -> int:

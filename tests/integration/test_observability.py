@@ -31,11 +31,12 @@ EXPORT_WAIT_S = 60
 
 
 def _remote_requests(apps: Any, http: Any, seed: int, count: int = 2) -> None:
-    """Requests long enough to be prefilled remotely, so both pools and a transfer work."""
+    """Requests long enough to be prefilled remotely, so both pools and a transfer work.
+    With logprobs, so that decode samples the first token: the hand-off and decode's
+    first step are then stages of TTFT (after a first token from prefill they are not)."""
     for n in range(count):
-        answer = complete(
-            http, apps.disaggregated, {**GREEDY, "prompt": random_prompt(seed + n, 200)}
-        )
+        body = {**GREEDY, "prompt": random_prompt(seed + n, 200), "logprobs": 1}
+        answer = complete(http, apps.disaggregated, body)
         assert answer["usage"]["completion_tokens"] == GREEDY["max_tokens"]
 
 

@@ -163,7 +163,10 @@ def test_metrics_are_prometheus_text_without_the_api_key(engine_client):
     r = client.get("/metrics")
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
-    assert r.text == 'vllm:num_requests_running{pool="decode",replica="r1"} 2.0\n'
+    assert r.text.startswith('vllm:num_requests_running{pool="decode",replica="r1"} 2.0\n')
+    # This replica's admission state, live: nothing waits, nothing is being read.
+    assert "\nsplitserve_admission_waiting 0\n" in r.text
+    assert "\nsplitserve_admission_parsing 0\n" in r.text
 
 
 def test_metrics_that_cannot_be_read_are_a_503_whose_why_is_in_the_log(engine_client, caplog):
