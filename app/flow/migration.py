@@ -133,11 +133,12 @@ async def resumable(
 ) -> AsyncIterator[TokenChunk]:
     """``serve(request)``'s chunks; a lost stream continues through ``serve`` again.
 
-    A loss after the stream produced tokens is a migration (at most
+    A loss after decode streamed tokens is a migration (at most
     ``config.max_migrations``, each reported to ``on_migration``). A loss before the
-    current stream produced anything (the request reached a dead replica, or nothing
-    live has taken it yet) is retried every ``retry_interval_s`` for up to
-    ``resume_timeout_s``; then the loss is raised. Other failures are raised as they are.
+    current stream had anything from decode (the request reached a dead replica, or
+    nothing live has taken it yet; a first token from prefill may have been sent) is
+    retried every ``retry_interval_s`` for up to ``resume_timeout_s``, going on from
+    every token sent; then the loss is raised. Other failures are raised as they are.
 
     After a migration, chunks carry text from ``answer_text`` (fed every token sent),
     not the continuation's engine, whose detokenizer starts at the cut.
@@ -153,10 +154,12 @@ async def resumable(
     watch = StallWatch(config.stall_timeout_s)
     while True:
         chunks = aiter(serve(current))
-        progressed = False
-        # The watch starts at decode's first chunk: before it (after a first token from
-        # prefill) the KV is still being handed over, bounded by the transport's own
-        # timeouts and fallbacks, and a slow hand-off is not a stalled replica.
+        # Whether decode has streamed a chunk of this stream. The watch starts then:
+        # before it (after a first token from prefill) the KV is still being handed over,
+        # bounded by the transport's own timeouts and fallbacks, and a slow hand-off is
+        # not a stalled replica. A stream lost before it never reached a live decode
+        # engine: that is a retry, not a move (a continuation whose prefill sent a token
+        # and whose decode replica's engine is dead must not spend the moves).
         watching = False
         stream_logprob = 0.0
         try:
@@ -165,9 +168,8 @@ async def resumable(
                     chunk = await (watch.next(chunks) if watching else anext(chunks))
                 except StopAsyncIteration:
                     return
-                progressed = True
-                watching = watching or not chunk.from_prefill
-                give_up_at = None
+                if not chunk.from_prefill:
+                    watching, give_up_at = True, None
                 if chunk.cumulative_logprob is not None:
                     stream_logprob = chunk.cumulative_logprob
                     if lost_logprob:
@@ -183,7 +185,7 @@ async def resumable(
         except ReplicaLost as lost:
             if not config.enabled:
                 raise
-            if progressed:
+            if watching:
                 if migrations >= config.max_migrations:
                     raise
                 migrations += 1

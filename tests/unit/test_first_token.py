@@ -413,3 +413,33 @@ async def test_the_prefills_blocks_are_freed_early_only_when_the_replica_surely_
         await _run(orchestrator, _request(temperature=1.0))
     await asyncio.sleep(0)
     assert len(prefill.released) == released
+
+
+async def test_a_dead_decode_engine_after_prefills_token_is_retried_not_a_move():
+    """The decode replica's engine is dead for a while: each continuation's prefill sends
+    a token, then decode fails before its first chunk. That never reached a live decode
+    engine: it is retried until decode serves, and spends no move."""
+    from app.config import MigrationConfig
+    from app.flow.migration import LostCause, ReplicaLost
+
+    class DeadForAWhile(ScriptedDecode):
+        def __init__(self, dead_calls: int) -> None:
+            super().__init__([(2, "b"), (3, "c")])
+            self.dead_calls = dead_calls
+
+        async def generate(self, request):
+            if len(self.generated) < self.dead_calls:
+                self.generated.append(request)
+                yield Started("d-1")
+                raise ReplicaLost(LostCause.ENGINE_DIED, "EngineDeadError")
+            async for item in super().generate(request):
+                yield item
+
+    prefill, decode = SamplingPrefill(), DeadForAWhile(dead_calls=3)
+    orchestrator = _orchestrator(prefill, decode)
+    orchestrator.migration = MigrationConfig(
+        max_migrations=1, retry_interval_s=0.01, resume_timeout_s=5
+    )
+    chunks, timings = await _run(orchestrator, _request(max_tokens=8))
+    assert chunks and chunks[-1].finish_reason is not None
+    assert timings.migrations == []
