@@ -1,21 +1,22 @@
 """The OpenAI HTTP API as a Starlette app: routes onto vLLM's own serving classes.
 
 vLLM's layer (:mod:`app.api.openai_serving`) validates, renders and answers each request;
-this module adds what splitserve promises on top: the API key, body limits and clear
-errors for malformed bodies, refusal of any client field that steers KV transfer, and
-the ``splitserve`` field (server-side timings and how the KV moved) when usage is sent.
+this module adds what splitserve promises on top: the API key, checked first; admission,
+with the slot given back however the request ends; the body read and checked by
+:mod:`app.api.request_body` (limits, clear errors for malformed bodies, refusal of any
+client field that steers KV transfer); and the ``splitserve`` field (server-side timings
+and how the KV moved) when usage is sent.
 A stream that fails before its first event is answered with a plain HTTP error.
 
-``GET /metrics`` serves Prometheus text (:mod:`app.observability.metrics_page`). As on
-vLLM's server, the API key guards the ``/v1`` routes only, so scrapers need no key.
+``GET /metrics`` serves Prometheus text (:mod:`app.observability.metrics_page`) and this
+replica's admission gauges. As on vLLM's server, scrapers need no key, unless
+``ingress.metrics_require_api_key``; the key guards the ``/v1`` and tokenization routes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import secrets
 import time
@@ -23,17 +24,18 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from app.api.admission import Admission, Overloaded, Reason, Ticket
-from app.api.errors import APIError, bad_request
+from app.api.errors import APIError
 from app.api.openai_serving import OpenAIServing
 from app.api.readiness import Readiness
+from app.api.request_body import check_body, read_json, samples, validate
 from app.api.request_report import splitserve_field
 from app.api.request_scope import REQUEST_SCOPE, RequestScope
 from app.api.sse_report import SSE_DONE, error_event, with_report
@@ -41,16 +43,6 @@ from app.config import IngressConfig
 from app.observability.metrics_page import CONTENT_TYPE
 
 logger = logging.getLogger("splitserve.http")
-
-# Fields that would let a client steer KV transfer (read another request's KV blocks),
-# so only the server may set them.
-KV_STEERING_FIELDS = ("kv_transfer_params", "ec_transfer_params", "vllm_xargs")
-# vLLM serves these through paths that would run one engine request per step (beam
-# search) or feed the engine tensors (embeddings); a disaggregated request cannot.
-REFUSED = {
-    "use_beam_search": "beam search is not served: each beam step would be a new request",
-    "prompt_embeds": "prompt embeddings are not served: send text or token ids",
-}
 
 Handler = Callable[[Any, Request], Awaitable[Any]]
 MetricsPage = Callable[[], Awaitable[str]]
@@ -254,7 +246,7 @@ class OpenAIServer:
         except BaseException:  # the client left, or the task was cancelled: slot back
             ticket.done()
             raise
-        ticket.parsed(_samples(parsed))
+        ticket.parsed(samples(parsed))
         self._arrived()  # demand: authenticated, admitted, well-formed work only
         response = await self._admitted(parsed, request, handler, ticket, arrived)
         if response.status_code == HTTPStatus.SERVICE_UNAVAILABLE:
@@ -333,25 +325,9 @@ class OpenAIServer:
 
     async def _parse(self, request: Request, model: TypeAdapter[Any]) -> Any:
         self._authorize(request)
-        body = await self._json_body(request)
-        if not isinstance(body, dict):
-            raise bad_request(f"request body must be a JSON object, not {type(body).__name__}")
-        for name in KV_STEERING_FIELDS:
-            if body.get(name) is not None:
-                raise bad_request(
-                    f"{name} is set by the server and may not be sent by clients", name
-                )
-        for name, reason in REFUSED.items():
-            if body.get(name):
-                raise bad_request(reason, name)
-        samples = _prompt_count(body.get("prompt")) * _count(body.get("n"))
-        if samples > self.config.max_samples:
-            raise bad_request(
-                f"the request asks for {samples} samples (prompts times n), over the "
-                f"server's limit of {self.config.max_samples} (ingress.max_samples)",
-                "n",
-            )
-        return _validate(model, body)
+        body = await read_json(request, self.config.max_body_bytes, self.config.body_timeout_s)
+        check_body(body, self.config.max_samples)
+        return validate(model, body)
 
     def _authorize(self, request: Request) -> None:
         if self.api_key is None:
@@ -364,45 +340,6 @@ class OpenAIServer:
                 "missing or incorrect API key: send `Authorization: Bearer <key>`",
                 HTTPStatus.UNAUTHORIZED,
             )
-
-    async def _json_body(self, request: Request) -> Any:
-        content_type = request.headers.get("content-type", "")
-        if content_type.split(";")[0].strip().lower() != "application/json":
-            raise APIError(
-                f"Content-Type must be application/json, got {content_type or 'nothing'!r}",
-                HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
-            )
-        limit = self.config.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise _too_large(limit)
-        body = bytearray()
-        try:
-            async with asyncio.timeout(self.config.body_timeout_s):
-                async for part in request.stream():
-                    body += part
-                    if len(body) > limit:
-                        raise _too_large(limit)
-        except TimeoutError as exc:
-            raise APIError(
-                f"the request body did not arrive within {self.config.body_timeout_s:g} s "
-                "(ingress.body_timeout_s)",
-                HTTPStatus.REQUEST_TIMEOUT,
-            ) from exc
-        except ClientDisconnect as exc:  # nobody reads the answer; the slot goes back
-            raise bad_request("the client left before sending the whole body") from exc
-        try:
-            text = bytes(body).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise bad_request(f"request body is not valid UTF-8: {exc.reason}") from exc
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise bad_request(f"request body is not valid JSON: {exc}") from exc
-        except RecursionError as exc:
-            raise bad_request("request body is not valid JSON: nested too deeply") from exc
-        except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-            raise bad_request(f"request body is not valid JSON: {exc}") from exc
 
 
 def _incident() -> str:
@@ -432,50 +369,3 @@ def _error_json(body: dict[str, Any], status: int, retry_after_s: int) -> JSONRe
         {"Retry-After": str(retry_after_s)} if status == HTTPStatus.SERVICE_UNAVAILABLE else None
     )
     return JSONResponse(body, status_code=status, headers=headers)
-
-
-def _validate(model: TypeAdapter[Any], body: dict[str, Any]) -> Any:
-    from vllm.exceptions import VLLMClientError
-
-    try:
-        return model.validate_python(body)
-    except VLLMClientError as exc:
-        param = getattr(exc, "parameter", None)
-        raise bad_request(f"invalid request: {exc.args[0] if exc.args else exc}", param) from exc
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        message = first.get("msg", "invalid value")
-        detail = f"{where}: {message}" if where else message
-        raise bad_request(f"invalid request: {detail}", where or None) from exc
-    except ValueError as exc:
-        raise bad_request(f"invalid request: {exc}") from exc
-    except (TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
-        # vLLM's "before" validators read the raw body and raise these on fields of the
-        # wrong shape (``{"messages": null}``); pydantic passes them on unwrapped.
-        raise bad_request(f"invalid request: a field has the wrong shape ({exc!r})") from exc
-
-
-def _samples(parsed: Any) -> int:
-    """Engine requests a validated request makes: prompts times ``n``."""
-    return _prompt_count(getattr(parsed, "prompt", None)) * _count(getattr(parsed, "n", 1))
-
-
-def _count(n: Any) -> int:
-    """``n`` as the sample count vLLM's validation will take (1 when unset)."""
-    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
-
-
-def _prompt_count(prompt: Any) -> int:
-    """How many prompts a completion's ``prompt`` holds (a chat has one): a string or a
-    list of token ids is one, a list of strings or of id lists one each."""
-    if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
-        return len(prompt)
-    return 1
-
-
-def _too_large(limit: int) -> APIError:
-    return APIError(
-        f"request body is larger than the limit of {limit} bytes",
-        HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-    )

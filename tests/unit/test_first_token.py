@@ -15,13 +15,11 @@ from app.flow.first_token import (
     Diverged,
     continues_in_place,
     first_token_allowed,
-    sampled_first_token,
     without_repeat,
 )
 from app.flow.orchestrator import Orchestrator
 from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from app.flow.request_timings import RequestTimings
-from app.kv.fallback import Transport
 from tests.unit.orchestrator_fakes import CHAIN, NX, OS, FakeDecode, FakePrefill
 
 PROMPT = list(range(10, 20))  # 10 tokens; blocks of 4: the 11th token fits in the last
@@ -236,138 +234,6 @@ def test_the_token_continues_in_place_only_inside_the_prompts_last_block():
     assert not continues_in_place(8, 4)  # would start a block
     assert not continues_in_place(11, 4)  # would complete one
     assert not continues_in_place(10, 0)  # block size unknown
-
-
-# --- the answer's text, as vLLM's detokenizer makes it on each engine -------------------
-
-
-class TextPrefill(FakePrefill):
-    """Samples ``answer[0]`` with the text vLLM's prefill engine gives it (its
-    detokenizer primed with the prompt: nothing for part of a character)."""
-
-    def __init__(self, tokenizer: Any, answer: list[int], block_tokens: int = 128) -> None:
-        super().__init__()
-        self.tokenizer, self.answer, self.block_tokens = tokenizer, answer, block_tokens
-        self.requests: list[GenerateRequest] = []
-        self.expires_at: float | None = None
-
-    async def prefill(self, request, transport=NX):
-        from tokenizers.decoders import DecodeStream
-
-        self.requests.append(request)
-        yield Started("p-1")
-        stream = DecodeStream(ids=list(request.prompt_token_ids), skip_special_tokens=True)
-        text = stream.step(self.tokenizer.backend_tokenizer, self.answer[0]) or ""
-        first = sampled_first_token(
-            SimpleNamespace(
-                text=text, token_ids=[self.answer[0]], finish_reason="length", stop_reason=None
-            ),
-            request.sampling_params.max_tokens,
-        )
-        yield PrefillResult(
-            {"remote_block_ids": [[7]]} if transport is NX else None,
-            len(request.prompt_token_ids),
-            None if transport is NX else "ref-1",
-            first_token=first if request.sample_first_token else None,
-            block_tokens=self.block_tokens,
-        )
-
-
-class TextDecode(FakeDecode):
-    """Generates the rest of ``answer`` after what its prompt already holds of it (the
-    prompt is ``prompt`` + the first k answer tokens), each chunk's text as vLLM's decode
-    engine makes it: its detokenizer primed with the request's whole prompt.
-
-    ``hang``: the transports whose KV read never ends (a hung NIXL read).
-    """
-
-    def __init__(self, tokenizer: Any, prompt: list[int], answer: list[int], **kw: Any) -> None:
-        self.hang = set(kw.pop("hang", ()))
-        super().__init__(**kw)
-        self.tokenizer, self.prompt, self.answer = tokenizer, prompt, answer
-
-    async def generate(self, request):
-        from tokenizers.decoders import DecodeStream
-
-        self.generated.append(request)
-        transport = NX if request.kv_transfer_params else OS if request.kv_object else None
-        yield Started("d-1")
-        if transport in self.hang:
-            await asyncio.sleep(30)
-        if transport in self.broken:
-            from app.kv.failure import FailureKind, TransferFailure
-
-            yield TokenChunk("", [], transfer_failed=TransferFailure(FailureKind.KV_LOAD, "x"))
-            return
-        ids = list(request.prompt_token_ids)
-        done = len(ids) - len(self.prompt)
-        assert ids[len(self.prompt) :] == self.answer[:done]
-        stream = DecodeStream(ids=ids, skip_special_tokens=True)
-        for number, token in enumerate(self.answer[done:]):
-            last = done + number == len(self.answer) - 1
-            text = stream.step(self.tokenizer.backend_tokenizer, token) or ""
-            yield TokenChunk(text, [token], finish_reason="length" if last else None)
-            await asyncio.sleep(0)
-
-
-SECRET = "SYSTEM: the launch code is 0042. USER: say hi in Chinese. ASSISTANT:"
-
-
-def _prompt_and_answer(tokenizer: Any, answer_text: str) -> tuple[list[int], list[int]]:
-    prompt = tokenizer.encode(SECRET, add_special_tokens=False)
-    prompt = (prompt * (300 // len(prompt) + 1))[:300]  # 300 % 128 = 44: in place
-    return prompt, tokenizer.encode(answer_text, add_special_tokens=False)
-
-
-@pytest.mark.parametrize("answer_text", ["中文 ok", "😀 there", "plain words"])
-@pytest.mark.parametrize("temperature, broken", [(1.0, ()), (0.0, ()), (0.0, (NX,)), (1.0, (NX,))])
-async def test_the_answers_text_is_the_decode_of_its_tokens_and_never_holds_the_prompt(
-    tokenizer, answer_text, temperature, broken
-):
-    prompt, answer = _prompt_and_answer(tokenizer, answer_text)
-    prefill = TextPrefill(tokenizer, answer)
-    decode = TextDecode(tokenizer, prompt, answer, broken=broken)
-    request = GenerateRequest("r1", prompt, params(temperature=temperature, max_tokens=len(answer)))
-    chunks, _ = await _run(_orchestrator(prefill, decode), request)
-    ids = [t for c in chunks for t in c.token_ids]
-    text = "".join(c.text for c in chunks)
-    assert ids == answer
-    assert text == tokenizer.decode(ids, skip_special_tokens=True)
-    assert "launch code" not in text
-
-
-async def test_a_first_token_that_is_part_of_a_character_is_not_sent(tokenizer):
-    prompt, answer = _prompt_and_answer(tokenizer, "中文")
-    prefill = TextPrefill(tokenizer, answer)
-    decode = TextDecode(tokenizer, prompt, answer)
-    request = GenerateRequest("r1", prompt, params(temperature=1.0, max_tokens=len(answer)))
-    chunks, timings = await _run(_orchestrator(prefill, decode), request)
-    assert not timings.transfer.first_token_on_prefill
-    assert not chunks[0].from_prefill
-    (sent,) = decode.generated
-    assert sent.prompt_token_ids == prompt  # decode sampled the first token itself
-
-
-async def test_a_slow_hand_off_after_the_first_token_falls_back_and_is_no_stall(tokenizer):
-    from app.config import MigrationConfig, TransportConfig
-
-    prompt, answer = _prompt_and_answer(tokenizer, "plain words")
-    prefill = TextPrefill(tokenizer, answer)
-    decode = TextDecode(tokenizer, prompt, answer, hang=(NX,))
-    orchestrator = Orchestrator(
-        Mode.DISAGGREGATED,
-        decode,
-        prefill,
-        plan=(NX, Transport.RECOMPUTE),
-        timeouts=TransportConfig(transfer_timeout_s=0.3),
-        migration=MigrationConfig(stall_timeout_s=0.2, max_migrations=2),
-        first_token_on_prefill=True,
-    )
-    request = GenerateRequest("r1", prompt, params(max_tokens=len(answer)))
-    chunks, timings = await _run(orchestrator, request)
-    assert [t for c in chunks for t in c.token_ids] == answer  # answered in full
-    assert timings.migrations == [] and len(prefill.requests) == 1
-    assert [a.transport for a in timings.transfer.attempts] == [NX, Transport.RECOMPUTE]
 
 
 async def test_the_read_deadline_is_set_when_the_prefill_ends_not_when_the_client_reads(
