@@ -209,6 +209,7 @@ class OpenAIServer:
         self, request: Request, model: TypeAdapter[Any], handler: Handler
     ) -> Response:
         try:
+            self._authorize(request)
             parsed = await self._parse(request, model)
             result = await handler(parsed, request)
         except APIError as error:
@@ -324,7 +325,6 @@ class OpenAIServer:
         return self._error(_generic(error.model_dump(), error.error.code, exc), error.error.code)
 
     async def _parse(self, request: Request, model: TypeAdapter[Any]) -> Any:
-        self._authorize(request)
         body = await read_json(request, self.config.max_body_bytes, self.config.body_timeout_s)
         check_body(body, self.config.max_samples)
         return validate(model, body)
