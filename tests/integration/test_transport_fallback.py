@@ -6,6 +6,8 @@ a real fault would (an unreachable NIXL peer, an object that is not a KV payload
 """
 
 import re
+import socket
+import time
 import uuid
 from dataclasses import replace
 
@@ -13,6 +15,7 @@ import numpy as np
 import ray
 
 from app.config import Mode
+from app.config.routing import MigrationConfig
 from app.flow.orchestrator import Orchestrator
 from app.flow.pool_client import PoolClient
 from app.flow.records import GenerateRequest, PrefillResult
@@ -33,9 +36,10 @@ RELEASED_WITHIN_S = TEST_KV_LEASE_S / 3
 class Breaker(PoolClient):
     """Wraps the real prefill pool and spoils the hand-over of the transports in ``broken``."""
 
-    def __init__(self, inner, broken=()):
+    def __init__(self, inner, broken=(), nixl_peer=("127.0.0.1", 1)):
         self.inner = inner
         self.broken = set(broken)
+        self.nixl_peer = nixl_peer
 
     async def prefill(self, request, transport):
         async for item in self.inner.prefill(request, transport):
@@ -45,11 +49,14 @@ class Breaker(PoolClient):
         if not isinstance(result, PrefillResult) or transport not in self.broken:
             return result
         if transport is NX:
-            # A peer nobody listens for: a new engine id (no cached handshake), closed port.
+            # A peer that never answers: a new engine id (no cached handshake), and by
+            # default a closed port (or ``nixl_peer``, e.g. a listener that never replies).
+            host, port = self.nixl_peer
             params = {
                 **(result.kv_transfer_params or {}),
                 "remote_engine_id": f"gone-{uuid.uuid4()}",
-                "remote_port": 1,
+                "remote_host": host,
+                "remote_port": port,
             }
             return replace(result, kv_transfer_params=params)
         return replace(result, kv_object=ray.put(np.zeros(64, dtype=np.uint8)))
@@ -61,19 +68,24 @@ class Breaker(PoolClient):
         await self.inner.release(result)
 
 
-def _orchestrator(plan, broken=()):
-    prefill = Breaker(ServePoolClient(handle("Prefill")), broken)
-    return Orchestrator(Mode.DISAGGREGATED, ServePoolClient(handle("Decode")), prefill, plan=plan)
+def _orchestrator(plan, broken=(), nixl_peer=("127.0.0.1", 1), **options):
+    prefill = Breaker(ServePoolClient(handle("Prefill")), broken, nixl_peer)
+    decode = ServePoolClient(handle("Decode"))
+    return Orchestrator(Mode.DISAGGREGATED, decode, prefill, plan=plan, **options)
 
 
-async def _serve(orchestrator, prompt, request_id):
+async def _chunks(orchestrator, prompt, request_id, timings):
     from vllm import SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
-    timings = RequestTimings()
     request = GenerateRequest(request_id, prompt, params)
-    text = "".join([c.text async for c in orchestrator.run(request, timings)])
-    return text, timings.transfer
+    return [c async for c in orchestrator.run(request, timings)]
+
+
+async def _serve(orchestrator, prompt, request_id):
+    timings = RequestTimings()
+    chunks = await _chunks(orchestrator, prompt, request_id, timings)
+    return "".join(c.text for c in chunks), timings.transfer
 
 
 def _plasma_objects() -> int:
@@ -141,3 +153,34 @@ def test_http_response_reports_the_transfer(apps, http):
     assert timing["kv_bytes"] > 0 and timing["kv_fetch_ms"] > 0
     assert 0 < timing["prefill_ms"] <= timing["ttft_ms"]
     assert timing["kv_fetch_ms"] < timing["ttft_ms"]
+
+
+async def test_a_hung_nixl_read_past_the_stall_timeout_falls_back_unmoved(apps, http):
+    """The first token comes from prefill; the NIXL read then hangs (a peer that accepts the
+    connection and never answers) for longer than ``stall_timeout_s``. The stall watch
+    guards decode's stream, not the hand-off: the request is answered in full by the
+    object store, and nothing is migrated."""
+    stall_timeout_s = 1.0
+    with socket.socket() as black_hole:
+        black_hole.bind(("127.0.0.1", 0))
+        black_hole.listen(8)  # accepted by the kernel, never read, never answered
+        orchestrator = _orchestrator(
+            (NX, OS, RC),
+            broken={NX},
+            nixl_peer=black_hole.getsockname(),
+            migration=MigrationConfig(stall_timeout_s=stall_timeout_s),
+            first_token_on_prefill=True,
+        )
+        prompt = random_prompt(7500, 240)
+        timings = RequestTimings()
+        started = time.monotonic()
+        chunks = await _chunks(orchestrator, prompt, "nx-hung", timings)
+        took_s = time.monotonic() - started
+    assert chunks[0].from_prefill, "the first token did not come from prefill"
+    assert took_s > 2 * stall_timeout_s, f"the read did not hang ({took_s:.1f} s)"
+    report, text = timings.transfer, "".join(c.text for c in chunks)
+    assert report.transport is OS, report
+    assert [(a.transport, a.failure.kind) for a in report.fallbacks] == [(NX, FailureKind.KV_LOAD)]
+    assert timings.migrations == []
+    assert text == _colocated(apps, http, prompt)
+    assert_no_kv_held("Prefill", "Decode", timeout_s=RELEASED_WITHIN_S)
