@@ -173,7 +173,11 @@ class Faults:
         kind = FAULTS[number % len(FAULTS)]
         entry: dict[str, Any] = {"at_s": round(at_s, 1), "fault": kind}
         try:
-            entry.update(getattr(self, kind)())
+            # The fault's own dict is logged, so that a redeploy still rolling can add how
+            # it ended.
+            found: dict[str, Any] = getattr(self, kind)()
+            found.update(entry)
+            entry = found
         except Exception as exc:  # a fault that could not be injected is reported
             entry["error"] = f"{type(exc).__name__}: {exc}"[:300]
         self.log.append(entry)
@@ -207,14 +211,20 @@ class Faults:
         self.rolls += 1
         interval = {"decode": {"stream_interval_ms": 40 + self.rolls % 2}}
         args = merge(merge(config_args(self.args.config), self.overrides), interval)
-        self.rolling = threading.Thread(
-            target=serve.run,
-            args=(build_app(args),),
-            kwargs={"name": self.app.name, "route_prefix": "/"},
-            daemon=True,
-        )
+        entry: dict[str, Any] = {"version": self.rolls}
+        started = time.monotonic()
+
+        def roll() -> None:
+            try:
+                serve.run(build_app(args), name=self.app.name, route_prefix="/")
+                entry["rolled_in_s"] = round(time.monotonic() - started, 1)
+            except Exception as exc:  # reported in the result, not lost in a thread
+                entry["roll_error"] = f"{type(exc).__name__}: {exc}"[:600]
+                print(json.dumps({"redeploy_failed": entry}), flush=True)
+
+        self.rolling = threading.Thread(target=roll, daemon=True)
         self.rolling.start()
-        return {"version": self.rolls}
+        return entry
 
 
 def _is_engine_core(pid: int) -> bool:
@@ -377,6 +387,7 @@ def main() -> None:
         "transports": dict(Counter(str(e["transport"]) for e in ends)),
         "decisions": dict(Counter(str(e["decision"]) for e in ends)),
         "faults": faults.log,
+        "redeploys_failed": sum(1 for f in faults.log if "roll_error" in f),
         "kv_blocks_free_at_end": free,
         "shm_files_left": shm_left,
         "rss": rss_change(samples, skip_min=5.0),

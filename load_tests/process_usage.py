@@ -63,25 +63,41 @@ def app_processes() -> list[psutil.Process]:
     return list(found.values())
 
 
+class CpuSpent:
+    """CPU seconds each group spent inside the ``with`` block (processes that exist when
+    it starts), and the block's wall time: ``with CpuSpent() as spent: ...``, then
+    ``spent.seconds`` and ``spent.percent()``."""
+
+    def __enter__(self) -> CpuSpent:
+        self._before: dict[int, tuple[psutil.Process, float]] = {}
+        for process in app_processes():
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                self._before[process.pid] = (process, times.user + times.system)
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall_s = time.perf_counter() - self._started
+        seconds: dict[str, float] = defaultdict(float)
+        for process, start in self._before.values():
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue
+            seconds[group_of(process)] += times.user + times.system - start
+        self.seconds = dict(sorted(seconds.items(), key=lambda item: -item[1]))
+
+    def percent(self) -> dict[str, float]:
+        """% of one core each group used over the block's wall time."""
+        return {group: 100 * s / self.wall_s for group, s in self.seconds.items()}
+
+
 def cpu_by_group(seconds: float) -> dict[str, float]:
     """% of one core each group used over ``seconds`` of wall time."""
-    processes = app_processes()
-    before = {}
-    for process in processes:
-        try:
-            times = process.cpu_times()
-            before[process.pid] = (process, times.user + times.system)
-        except psutil.Error:
-            pass
-    time.sleep(seconds)
-    usage: dict[str, float] = defaultdict(float)
-    for process, start in before.values():
-        try:
-            times = process.cpu_times()
-        except psutil.Error:
-            continue
-        usage[group_of(process)] += 100 * (times.user + times.system - start) / seconds
-    return dict(sorted(usage.items(), key=lambda item: -item[1]))
+    with CpuSpent() as spent:
+        time.sleep(seconds)
+    return spent.percent()
 
 
 def memory_by_group(kind: str = "rss") -> dict[str, float]:

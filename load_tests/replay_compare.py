@@ -1,0 +1,143 @@
+"""Real traffic side by side: a window of the Azure conversation trace replayed open loop
+against vLLM's own server and splitserve (colocated and disaggregated), one system at a
+time, on the same cores.
+
+    scripts/loopback-netns .venv/bin/python -m load_tests.replay_compare \
+        --rate-scales 1 1.3 --length-scale 0.4 --output-scale 0.5 \
+        [--systems vllm colocated default] [--out load_tests/results/replay_compare.json]
+
+For each system: start it, one unmeasured pass of the window at ``--warm-rate-scale``
+(the first pass after a start meets new prompt lengths, for every system), then one
+measured pass per ``--rate-scales`` entry, in order; ``--repeats`` measured rounds.
+Each pass reports what ``splitserve replay`` does: answered, refused (503), TTFT and
+TPOT percentiles, SLO attainment, fluidity-index and goodput. vLLM's engine is bound
+to core 0 as splitserve's colocated engine is; splitserve disaggregated runs prefill on
+core 0 and decode on core 1 (its default config). docs/benchmarks.md reports the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from app.planning.goodput import add_slo_options, slo_from_options
+from app.replay.client import replay
+from app.replay.report import summary
+from app.replay.trace import Window, read_trace, windowed
+from load_tests.compare import splitserve
+from load_tests.process_usage import CpuSpent
+from load_tests.run_conditions import machine
+from tests.harness.vllm_server import MAX_MODEL_LEN, vllm_server
+
+SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
+    "vllm": lambda: vllm_server(),
+    "colocated": lambda: splitserve("serve_configs/colocated.yaml"),
+    "default": lambda: splitserve("serve_configs/default.yaml"),
+}
+
+
+def one_pass(url: str, window: Window, args: argparse.Namespace) -> dict[str, Any]:
+    """The window at its scales against ``url``: ``splitserve replay``'s summary, and
+    the CPU each group of the system's processes used over the pass (% of one core)."""
+    slo, _ = slo_from_options(args)
+    requests = windowed(read_trace(), window)
+    with CpuSpent() as spent:
+        answers = asyncio.run(replay(url, "tiny-llama", requests, args.seed))
+    result = summary(answers, window, slo)
+    result["cpu_pct"] = {group: round(pct, 1) for group, pct in spent.percent().items()}
+    return result
+
+
+def window_at(rate_scale: float, args: argparse.Namespace) -> Window:
+    return Window(
+        args.start_s,
+        args.duration_s,
+        rate_scale,
+        args.length_scale,
+        args.output_scale,
+        # prompt + answer within the model length every system is started with
+        MAX_MODEL_LEN - 256,
+    )
+
+
+def run_system(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    row: dict[str, Any] = {"passes": []}
+    with SYSTEMS[name]() as url:
+        row["startup_s"] = round(time.perf_counter() - started, 1)
+        if args.warm_rate_scale > 0:
+            warm = one_pass(url, window_at(args.warm_rate_scale, args), args)
+            row["warm_pass"] = warm
+            print(f"{name}: warm pass x{args.warm_rate_scale:g}: {brief(warm)}", flush=True)
+        for repeat in range(args.repeats):
+            for scale in args.rate_scales:
+                result = one_pass(url, window_at(scale, args), args)
+                result["repeat"] = repeat
+                row["passes"].append(result)
+                print(f"{name}: x{scale:g} (round {repeat + 1}): {brief(result)}", flush=True)
+    return row
+
+
+def brief(result: dict[str, Any]) -> str:
+    refused = result["statuses"].get("503", 0)
+    return (
+        f"answered {result['answered']}/{result['requests']}, 503 {refused}, "
+        f"TTFT p50/p99 {result['ttft_ms']['p50']}/{result['ttft_ms']['p99']} ms, "
+        f"TPOT p50 {result['tpot_ms']['p50']} ms, attainment {result['slo_attainment']}, "
+        f"goodput {result['goodput_rps']} req/s; CPU % {result['cpu_pct']}"
+    )
+
+
+def print_table(rows: dict[str, dict[str, Any]]) -> None:
+    print(
+        "| system | rate | round | answered | 503 | TTFT p50 / p99 ms | TPOT p50 ms "
+        "| attainment | goodput req/s |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, row in rows.items():
+        for p in row["passes"]:
+            print(
+                f"| {name} | x{p['window']['rate_scale']:g} | {p['repeat'] + 1} "
+                f"| {p['answered']} | {p['statuses'].get('503', 0)} "
+                f"| {p['ttft_ms']['p50']} / {p['ttft_ms']['p99']} | {p['tpot_ms']['p50']} "
+                f"| {p['slo_attainment']} | {p['goodput_rps']} |"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--systems", nargs="*", choices=sorted(SYSTEMS), default=list(SYSTEMS))
+    parser.add_argument("--start-s", type=float, default=600.0)
+    parser.add_argument("--duration-s", type=float, default=120.0)
+    parser.add_argument("--rate-scales", type=float, nargs="+", default=[1.0, 1.3])
+    parser.add_argument("--warm-rate-scale", type=float, default=0.6, help="0: no warm pass")
+    parser.add_argument("--length-scale", type=float, default=0.4)
+    parser.add_argument("--output-scale", type=float, default=0.5)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="load_tests/results/replay_compare.json")
+    add_slo_options(parser, ttft_ms=250.0, tpot_ms=50.0)
+    args = parser.parse_args()
+    slo_from_options(args)
+    rows = {name: run_system(name, args) for name in args.systems}
+    conditions = {
+        "machine": machine(),
+        "window": {"start_s": args.start_s, "duration_s": args.duration_s},
+        "length_scale": args.length_scale,
+        "output_scale": args.output_scale,
+        "warm_rate_scale": args.warm_rate_scale,
+        "slo": {"ttft_ms": args.slo_ttft_ms, "tpot_ms": args.slo_tpot_ms},
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"conditions": conditions, "systems": rows}, indent=2))
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
