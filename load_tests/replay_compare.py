@@ -33,13 +33,29 @@ from app.replay.trace import Window, read_trace, windowed
 from load_tests.compare import splitserve
 from load_tests.process_usage import CpuSpent
 from load_tests.run_conditions import machine
+from tests.harness.local_app import merge
 from tests.harness.vllm_server import MAX_MODEL_LEN, vllm_server
 
-SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
-    "vllm": lambda: vllm_server(),
-    "colocated": lambda: splitserve("serve_configs/colocated.yaml"),
-    "default": lambda: splitserve("serve_configs/default.yaml"),
+SYSTEMS: dict[str, Callable[[dict[str, Any]], AbstractContextManager[str]]] = {
+    "vllm": lambda _: vllm_server(),
+    "colocated": lambda overrides: splitserve("serve_configs/colocated.yaml", overrides),
+    "default": lambda overrides: splitserve("serve_configs/default.yaml", overrides),
 }
+
+
+def setting(text: str) -> dict[str, Any]:
+    """``--set decode.max_num_seqs=128`` as the nested override it names (the value read
+    as JSON where it is JSON, else as a string)."""
+    path, sep, raw = text.partition("=")
+    if not sep or not path:
+        raise argparse.ArgumentTypeError(f"--set {text!r}: expected key.path=value")
+    try:
+        value: Any = json.loads(raw)
+    except ValueError:
+        value = raw
+    for key in reversed(path.split(".")):
+        value = {key: value}
+    return dict(value)
 
 
 def one_pass(url: str, window: Window, args: argparse.Namespace) -> dict[str, Any]:
@@ -69,7 +85,10 @@ def window_at(rate_scale: float, args: argparse.Namespace) -> Window:
 def run_system(name: str, args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     row: dict[str, Any] = {"passes": []}
-    with SYSTEMS[name]() as url:
+    overrides: dict[str, Any] = {}
+    for change in args.set:
+        overrides = merge(overrides, change)
+    with SYSTEMS[name](overrides) as url:
         row["startup_s"] = round(time.perf_counter() - started, 1)
         if args.warm_rate_scale > 0:
             warm = one_pass(url, window_at(args.warm_rate_scale, args), args)
@@ -90,7 +109,8 @@ def brief(result: dict[str, Any]) -> str:
         f"answered {result['answered']}/{result['requests']}, 503 {refused}, "
         f"TTFT p50/p99 {result['ttft_ms']['p50']}/{result['ttft_ms']['p99']} ms, "
         f"TPOT p50 {result['tpot_ms']['p50']} ms, attainment {result['slo_attainment']}, "
-        f"goodput {result['goodput_rps']} req/s; CPU % {result['cpu_pct']}"
+        f"goodput {result['goodput_rps']} req/s; CPU % {result['cpu_pct']}; "
+        f"refusals {result['refusals']}"
     )
 
 
@@ -121,6 +141,14 @@ def main() -> None:
     parser.add_argument("--output-scale", type=float, default=0.5)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--set",
+        type=setting,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a splitserve config override, e.g. model.max_num_seqs=128 (repeatable)",
+    )
     parser.add_argument("--out", default="load_tests/results/replay_compare.json")
     add_slo_options(parser, ttft_ms=250.0, tpot_ms=50.0)
     args = parser.parse_args()
@@ -133,6 +161,7 @@ def main() -> None:
         "output_scale": args.output_scale,
         "warm_rate_scale": args.warm_rate_scale,
         "slo": {"ttft_ms": args.slo_ttft_ms, "tpot_ms": args.slo_tpot_ms},
+        "splitserve_overrides": args.set,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"conditions": conditions, "systems": rows}, indent=2))

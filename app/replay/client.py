@@ -103,7 +103,7 @@ async def _stream(client: Any, url: str, body: dict[str, Any], due: float, answe
     async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
         answer.status = response.status_code
         if response.status_code != 200:
-            answer.error = (await response.aread()).decode(errors="replace")[:200]
+            answer.error = (await response.aread()).decode(errors="replace")[:600]
             return
         async for line in response.aiter_lines():  # read to the end, as the server closes
             if not line.startswith("data:"):

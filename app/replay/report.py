@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +23,16 @@ def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
         return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
 
     return {"p50": rank(0.50), "p95": rank(0.95), "p99": rank(0.99)}
+
+
+def refusal(body: str) -> str:
+    """A 503's reason, its figures blanked (``#``), so that refusals for one reason count
+    together: the error's ``message`` where the body is an OpenAI error."""
+    try:
+        message = str(json.loads(body)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        message = body
+    return re.sub(r"\d+(\.\d+)?", "#", message)[:120]
 
 
 def summary(answers: Sequence[Answer], window: Window, slo: Slo) -> dict[str, Any]:
@@ -46,5 +58,6 @@ def summary(answers: Sequence[Answer], window: Window, slo: Slo) -> dict[str, An
         "fluidity_index": round(fluidity_index(streams, slo), 4),
         "goodput_rps": round(met / span_s, 3),
         "paths": dict(Counter(a.path or "unknown" for a in answered)),
+        "refusals": dict(Counter(refusal(a.error) for a in answers if a.status == 503)),
         "send_lag_ms": _percentiles([a.send_lag_s for a in answers]),
     }

@@ -3,6 +3,7 @@ fluidity-index against hand-worked streams."""
 
 from __future__ import annotations
 
+import json
 from itertools import pairwise
 from pathlib import Path
 
@@ -89,3 +90,21 @@ def test_the_report_states_the_window_and_counts_outcomes():
     assert report["slo_attainment"] == 0.5 and report["goodput_rps"] == 0.2
     assert report["paths"] == {"nixl": 1}
     assert report["fluidity_index"] == 0.5
+
+
+def test_refusals_count_together_by_reason_whatever_their_figures():
+    def refused(message: str) -> Answer:
+        body = json.dumps({"error": {"message": message, "type": "server_error"}})
+        return Answer(0.0, 10, 3, status=503, error=body)
+
+    answers = [
+        refused("server overloaded: 12 requests wait 2.6 s for a first token"),
+        refused("server overloaded: 40 requests wait 3.1 s for a first token"),
+        refused("server overloaded: 128 requests already wait for their first token"),
+        Answer(0.0, 10, 3, status=503, error="not json"),
+    ]
+    assert summary(answers, Window(duration_s=10), SLO)["refusals"] == {
+        "server overloaded: # requests wait # s for a first token": 2,
+        "server overloaded: # requests already wait for their first token": 1,
+        "not json": 1,
+    }
