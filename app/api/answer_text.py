@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.engine import decode_stream
 from app.flow.migration import AnswerText
 
 
@@ -22,6 +23,7 @@ class VllmAnswerText(AnswerText):
     def __init__(self, tokenizer: Any, engine_request: Any) -> None:
         from vllm.v1.engine.detokenizer import IncrementalDetokenizer
 
+        decode_stream.install()
         self._detokenizer = IncrementalDetokenizer.from_new_request(tokenizer, engine_request)
         self._held_back = int(getattr(self._detokenizer, "stop_buffer_length", 0))
 

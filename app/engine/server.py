@@ -32,6 +32,7 @@ from dataclasses import replace
 from typing import Any
 
 from app.config import AppConfig
+from app.engine import decode_stream
 from app.engine.binding import bind_engine
 from app.engine.control import EngineControl
 from app.engine.setup import (
@@ -103,6 +104,7 @@ class EngineServer(EngineControl):
         """Build and start a vLLM engine for ``role`` in this process (of Serve ``application``)."""
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        decode_stream.install()  # no answer streams its prompt's text back
         pool = config.pool_for(role)
         engine_id = f"{role.value}-{uuid.uuid4().hex[:12]}"
         swept = object_store.sweep_orphans()

@@ -74,3 +74,50 @@ def test_sampled_answers_text_is_the_decode_of_their_tokens_and_holds_no_prompt(
     assert wrong == [], wrong[:3]
     assert echoed == [], echoed[:3]
     assert from_prefill > REQUESTS // 4  # the path under test was taken
+
+
+def test_a_prompt_of_ids_ending_inside_a_character_is_not_streamed_into_the_answer(
+    apps, http, tokenizer
+):
+    """A client's prompt of token ids that ends with the first byte of a character: vLLM's
+    detokenizer, primed with it, streamed the whole prompt's text (vLLM's own server does;
+    app.engine.decode_stream). Short and long prompts (prefilled locally and remotely),
+    on both apps, streamed and not."""
+    lead = tokenizer.convert_tokens_to_ids("ä")  # byte 0xE4: starts a 3-byte character
+    assert tokenizer.decode([lead]) == "\ufffd"
+    words = tokenizer.encode(
+        "MARKER system secret, the words before the cut.", add_special_tokens=False
+    )
+    cases = []
+    for repeat in (1, 60):  # ~12 and ~700 tokens: local and remote prefill
+        prompt = [*(words * repeat)[: 700 if repeat > 1 else None], lead]
+        for base in (apps.disaggregated, apps.colocated):
+            for stream in (False, True):
+                cases.append((base, prompt, stream))
+    for base, prompt, stream in cases:
+        body: dict[str, Any] = {
+            "prompt": prompt,
+            "max_tokens": 12,
+            "temperature": 0,
+            "ignore_eos": True,
+            "return_token_ids": True,
+        }
+        text, ids = "", list[int]()
+        if stream:
+            body.update(stream=True)
+            with http.stream("POST", f"{base}/v1/completions", json=body) as response:
+                assert response.status_code == 200, response.read()
+                for data in sse_data_sync(response):
+                    if data != DONE:
+                        for choice in json.loads(data)["choices"]:
+                            text += choice["text"]
+                            ids += choice.get("token_ids") or []
+        else:
+            response = http.post(f"{base}/v1/completions", json=body)
+            assert response.status_code == 200, response.text
+            choice = response.json()["choices"][0]
+            text, ids = choice["text"], choice["token_ids"]
+        case = (base, len(prompt), stream, text)
+        assert len(ids) == 12, case
+        assert text_matches(text, tokenizer.decode(ids, skip_special_tokens=True)), case
+        assert "MARKER" not in text and "secret" not in text, case
