@@ -319,7 +319,14 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--vocab", type=int, default=1000, help="prompt token ids are drawn below this")
     add_slo_options(rp, ttft_ms=250.0, tpot_ms=50.0)
     rp.add_argument("--api-key", help="sent as `Authorization: Bearer`")
-    rp.add_argument("--seed", type=int, default=0)
+    rp.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="the prompts' seed: a second run with the same seed sends the same prompts, "
+        "which the server's prefix cache then answers; give each run against a running "
+        "server a seed of its own",
+    )
     rp.add_argument("--out", help="also write the report and every request's record (JSON)")
 
     for sub in (kv, adv, prof, pl, rp):

@@ -58,22 +58,30 @@ def setting(text: str) -> dict[str, Any]:
     return dict(value)
 
 
-def one_pass(url: str, window: Window, args: argparse.Namespace) -> dict[str, Any]:
+def one_pass(url: str, window: Window, args: argparse.Namespace, number: int) -> dict[str, Any]:
     """The window at its scales against ``url``: ``splitserve replay``'s summary, and
-    the CPU each group of the system's processes used over the pass (% of one core)."""
+    the CPU each group of the system's processes used over the pass (% of one core).
+
+    Pass ``number`` sends prompts of its own (seed ``--seed`` + ``number``): with the
+    same prompts again, a pass would be served from the prefix cache its predecessor
+    filled (a system that answered more of the previous pass then looks faster)."""
     slo, _ = slo_from_options(args)
     requests = windowed(read_trace(), window)
+    seed = args.seed + number
     with CpuSpent() as spent:
-        answers = asyncio.run(replay(url, "tiny-llama", requests, args.seed))
+        answers = asyncio.run(replay(url, "tiny-llama", requests, seed))
     result = summary(answers, window, slo)
+    result["prompt_seed"] = seed
     result["cpu_pct"] = {group: round(pct, 1) for group, pct in spent.percent().items()}
     return result
 
 
-def window_at(rate_scale: float, args: argparse.Namespace) -> Window:
+def window_at(
+    rate_scale: float, args: argparse.Namespace, duration_s: float | None = None
+) -> Window:
     return Window(
         args.start_s,
-        args.duration_s,
+        duration_s or args.duration_s,
         rate_scale,
         args.length_scale,
         args.output_scale,
@@ -91,12 +99,14 @@ def run_system(name: str, args: argparse.Namespace) -> dict[str, Any]:
     with SYSTEMS[name](overrides) as url:
         row["startup_s"] = round(time.perf_counter() - started, 1)
         if args.warm_rate_scale > 0:
-            warm = one_pass(url, window_at(args.warm_rate_scale, args), args)
+            warm_window = window_at(args.warm_rate_scale, args, args.warm_duration_s)
+            warm = one_pass(url, warm_window, args, number=10_000)
             row["warm_pass"] = warm
             print(f"{name}: warm pass x{args.warm_rate_scale:g}: {brief(warm)}", flush=True)
         for repeat in range(args.repeats):
-            for scale in args.rate_scales:
-                result = one_pass(url, window_at(scale, args), args)
+            for index, scale in enumerate(args.rate_scales):
+                number = repeat * len(args.rate_scales) + index
+                result = one_pass(url, window_at(scale, args), args, number)
                 result["repeat"] = repeat
                 row["passes"].append(result)
                 print(f"{name}: x{scale:g} (round {repeat + 1}): {brief(result)}", flush=True)
@@ -137,6 +147,9 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, default=120.0)
     parser.add_argument("--rate-scales", type=float, nargs="+", default=[1.0, 1.3])
     parser.add_argument("--warm-rate-scale", type=float, default=0.6, help="0: no warm pass")
+    parser.add_argument(
+        "--warm-duration-s", type=float, default=30.0, help="the warm pass's part of the window"
+    )
     parser.add_argument("--length-scale", type=float, default=0.4)
     parser.add_argument("--output-scale", type=float, default=0.5)
     parser.add_argument("--repeats", type=int, default=1)
@@ -160,6 +173,8 @@ def main() -> None:
         "length_scale": args.length_scale,
         "output_scale": args.output_scale,
         "warm_rate_scale": args.warm_rate_scale,
+        "warm_duration_s": args.warm_duration_s,
+        "prompts": "fresh in every pass (seed --seed + pass number), none shared",
         "slo": {"ttft_ms": args.slo_ttft_ms, "tpot_ms": args.slo_tpot_ms},
         "splitserve_overrides": args.set,
     }
