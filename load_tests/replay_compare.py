@@ -72,6 +72,16 @@ def one_pass(url: str, window: Window, args: argparse.Namespace, number: int) ->
         answers = asyncio.run(replay(url, "tiny-llama", requests, seed))
     result = summary(answers, window, slo)
     result["prompt_seed"] = seed
+    # each request: arrival, status, TTFT and TPOT (ms), so another SLO can be read later
+    result["records"] = [
+        [
+            round(a.at_s, 3),
+            a.status if not a.error or a.status != 200 else "error event",
+            None if a.ttft_s is None else round(a.ttft_s * 1000, 1),
+            None if a.tpot_s is None else round(a.tpot_s * 1000, 2),
+        ]
+        for a in answers
+    ]
     result["cpu_pct"] = {group: round(pct, 1) for group, pct in spent.percent().items()}
     return result
 
