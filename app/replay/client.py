@@ -12,14 +12,18 @@ force the stated output), its own per request, so no prompt shares a cached pref
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import random
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.replay.trace import TraceRequest
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass
@@ -105,13 +109,18 @@ async def _stream(client: Any, url: str, body: dict[str, Any], due: float, answe
         if response.status_code != 200:
             answer.error = (await response.aread()).decode(errors="replace")[:600]
             return
-        async for line in response.aiter_lines():  # read to the end, as the server closes
+        # read to the end, as the server closes
+        async for line in sse_lines(response.aiter_bytes()):
             if not line.startswith("data:"):
                 continue
             data = line[len("data:") :].strip()
             if data == "[DONE]":
                 continue
-            event = json.loads(data)
+            try:
+                event = json.loads(data)
+            except ValueError:
+                answer.error = f"an event that is not JSON: {data[:120]!r}"
+                continue
             if "error" in event:
                 answer.error = json.dumps(event["error"])[:200]
                 continue
@@ -123,6 +132,27 @@ async def _stream(client: Any, url: str, body: dict[str, Any], due: float, answe
             report = event.get("splitserve")
             if report:
                 answer.path = _path(report)
+
+
+async def sse_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The lines of an event stream, split where the SSE spec splits them (CR LF, LF or
+    CR) and nowhere else: httpx's ``aiter_lines`` also splits on U+2028, U+0085 and the
+    other Unicode line breaks, which a server writing JSON without escaping non-ASCII
+    (vLLM's, splitserve's) leaves raw inside an event when the model generates them."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
+    async for chunk in chunks:
+        pending += decoder.decode(chunk)
+        # A CR at the end may be the first half of a CR LF: it waits for what follows.
+        cut = len(pending) - 1 if pending.endswith("\r") else len(pending)
+        *lines, rest = _LINE_END.split(pending[:cut])
+        pending = rest + pending[cut:]
+        for line in lines:
+            yield line
+    pending += decoder.decode(b"", final=True)
+    for line in _LINE_END.split(pending):
+        if line:
+            yield line
 
 
 def _path(report: dict[str, Any]) -> str:

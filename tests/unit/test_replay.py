@@ -108,3 +108,27 @@ def test_refusals_count_together_by_reason_whatever_their_figures():
         "server overloaded: # requests already wait for their first token": 1,
         "not json": 1,
     }
+
+
+def test_event_lines_split_where_the_sse_spec_splits_them_and_nowhere_else():
+    """U+2028 and U+0085 inside an event's JSON (a model's raw text) stay in their line;
+    CR LF split across chunks is one line end."""
+    import asyncio
+
+    from app.replay.client import sse_lines
+
+    event = json.dumps({"text": "a\u2028b\u0085c"}, ensure_ascii=False).encode()
+    stream = b"data: " + event + b"\r\n\r\ndata: [DONE]\r\n\r\n"
+    pieces = [stream[i : i + 7] for i in range(0, len(stream), 7)]  # cuts mid-character
+
+    async def lines(chunks: list[bytes]) -> list[str]:
+        async def source():
+            for chunk in chunks:
+                yield chunk
+
+        return [line async for line in sse_lines(source())]
+
+    split = asyncio.run(lines(pieces))
+    assert split == ["data: " + event.decode(), "", "data: [DONE]", ""]
+    assert json.loads(split[0][len("data: ") :])["text"] == "a\u2028b\u0085c"
+    assert asyncio.run(lines([b"data: 1\rdata: 2\ndata: 3"])) == ["data: 1", "data: 2", "data: 3"]
