@@ -21,7 +21,7 @@ TORCH_INDEX ?=
 # Tests run in a loopback-only network namespace where possible (see the script).
 NETNS := scripts/loopback-netns
 
-.PHONY: setup run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-aiperf bench-link gpu-check
+.PHONY: setup run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-replay bench-aiperf bench-link gpu-check
 
 setup: $(STAMP)
 
@@ -114,6 +114,14 @@ bench-prefix: setup
 bench-compare: setup
 	$(NETNS) $(PY) -m load_tests.compare
 	$(PY) -m load_tests.plots
+
+# Real traffic side by side: a window of the Azure conversation trace replayed open loop
+# against vLLM's server, splitserve colocated and the default app, fresh prompts in every
+# pass (docs/performance.md, section 15). REPLAY_ARGS picks the rates and the SLO for the
+# machine; these are the 2-vCPU CPU host's.
+REPLAY_ARGS ?= --duration-s 40 --warm-rate-scale 0.3 --warm-duration-s 20 --rate-scales 0.2 0.5 --slo-ttft-ms 2000
+bench-replay: setup
+	$(NETNS) $(PY) -m load_tests.replay_compare $(REPLAY_ARGS)
 
 # NVIDIA's AIPerf and the project's load generator, same workload, against splitserve and
 # vLLM's server. AIPerf gets an environment of its own (the `aiperf` group of pyproject.toml).
