@@ -171,15 +171,12 @@ class Faults:
 
     def inject(self, number: int, at_s: float) -> None:
         kind = FAULTS[number % len(FAULTS)]
-        entry: dict[str, Any] = {"at_s": round(at_s, 1), "fault": kind}
-        try:
-            # The fault's own dict is logged, so that a redeploy still rolling can add how
-            # it ended.
-            found: dict[str, Any] = getattr(self, kind)()
-            found.update(entry)
-            entry = found
+        when: dict[str, Any] = {"at_s": round(at_s, 1), "fault": kind}
+        try:  # the fault's own dict is logged, so that a rolling redeploy adds how it ended
+            entry: dict[str, Any] = getattr(self, kind)()
+            entry.update(when)
         except Exception as exc:  # a fault that could not be injected is reported
-            entry["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            entry = when | {"error": f"{type(exc).__name__}: {exc}"[:300]}
         self.log.append(entry)
         print(json.dumps(entry), flush=True)
 
