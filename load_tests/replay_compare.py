@@ -3,12 +3,13 @@ against vLLM's own server and splitserve (colocated and disaggregated), one syst
 time, on the same cores.
 
     scripts/loopback-netns .venv/bin/python -m load_tests.replay_compare \
-        --rate-scales 1 1.3 --length-scale 0.4 --output-scale 0.5 \
+        --rate-scales 0.2 0.5 --slo-ttft-ms 2000 --length-scale 0.4 --output-scale 0.5 \
         [--systems vllm colocated default] [--out load_tests/results/replay_compare.json]
 
-For each system: start it, one unmeasured pass of the window at ``--warm-rate-scale``
-(the first pass after a start meets new prompt lengths, for every system), then one
-measured pass per ``--rate-scales`` entry, in order; ``--repeats`` measured rounds.
+(``make bench-replay`` runs it with the 2-vCPU host's rates and SLO.) For each system:
+start it, one unmeasured pass of the first ``--warm-duration-s`` of the window at
+``--warm-rate-scale``, then one measured pass per ``--rate-scales`` entry, in order;
+``--repeats`` measured rounds. Every pass sends prompts of its own (:func:`one_pass`).
 Each pass reports what ``splitserve replay`` does: answered, refused (503), TTFT and
 TPOT percentiles, SLO attainment, fluidity-index and goodput. vLLM's engine is bound
 to core 0 as splitserve's colocated engine is; splitserve disaggregated runs prefill on
