@@ -10,6 +10,11 @@ the instant it answers 200, then a closed loop and a burst.
   within 1 s and carries ``Retry-After``. Then 400 through Serve's proxy (more than an
   ingress replica used to hold, beyond which requests waited in the proxy's queue unseen
   by admission): each is served whole or refused by admission with ``Retry-After``.
+- Then hostile and broken clients, half on each port: 1,000 hostile bodies (malformed
+  JSON: each a 4xx; fields of the wrong type or shape: a 4xx, or where vLLM's server
+  accepts them too a 200 or admission's 503 with ``Retry-After``) and 200 uploads
+  abandoned halfway; a valid request right after is answered 200 within 1 s on each
+  port, and the ingress's admission gauges read 0 (no slot held).
 - ``/metrics`` has the refusal counter by reason, and the counters the dashboard reads,
   at their first export.
 
@@ -34,6 +39,7 @@ import pytest
 
 from tests.harness.aio_stream import session, stream_completion
 from tests.integration.helpers import random_prompt
+from tests.lifecycle import hostile_wave
 from tests.lifecycle.leftovers import wait_gone
 
 ROOT = Path(__file__).parents[2]
@@ -156,6 +162,8 @@ def test_the_first_minute_from_make_run(tmp_path: Path) -> None:
         # Through Serve's proxy, more streams than the ingress replica's old limit (256):
         # every request must reach admission, not wait in the proxy's queue unseen.
         proxy_burst = asyncio.run(_burst(PROXY, 400, salt=6000))
+        hostile = asyncio.run(_hostile())
+        after_hostile = [hostile_wave.valid_then_gauges(url, DIRECT) for url in (DIRECT, PROXY)]
         time.sleep(12)  # one metrics export interval
         metrics = httpx.get(f"{DIRECT}/metrics", timeout=30).text
         proxy_health = httpx.get(f"{PROXY}/health", timeout=10)
@@ -241,6 +249,30 @@ def test_the_first_minute_from_make_run(tmp_path: Path) -> None:
         print(f"proxy burst: {len(served)} served, {len(refusals)} refused in "
               f"{refusals[0]:.2f}-{refusals[-1]:.2f} s")  # fmt: skip
 
+    # Hostile and broken clients: malformed JSON a 4xx, odd fields a 4xx or what vLLM's
+    # server answers them with; afterwards a valid request served at once on each port
+    # and no admission slot held.
+    def fits(answer: str) -> bool:
+        kind, status = answer.split(" ", 1)
+        if status.split()[0].startswith("4"):
+            return True
+        return kind == "fields" and status in ("200", "503 retry")
+
+    wrong = {answer: n for answer, n in hostile.items() if not fits(answer)}
+    check(not wrong, f"hostile bodies answered otherwise: {wrong}")
+    print(f"1,000 hostile bodies: {hostile}")
+    for url, after in zip((DIRECT, PROXY), after_hostile, strict=True):
+        print(f"after the hostile wave, {url}: {after}")
+        check(
+            after["status"] == 200 and after["seconds"] < 1.0,
+            f"a valid request after the hostile wave, {url}: {after}",
+        )
+        check(
+            after["gauges"]
+            == {"splitserve_admission_waiting": 0.0, "splitserve_admission_parsing": 0.0},
+            f"admission gauges after the hostile wave: {after['gauges']}",
+        )
+
     # Counters the dashboard reads exist from their first export, refusals by reason.
     for series in (
         'splitserve_admission_rejected_total{reason="predicted_wait"',
@@ -251,6 +283,17 @@ def test_the_first_minute_from_make_run(tmp_path: Path) -> None:
     ):
         check(_has(metrics, series), f"/metrics lacks {series}")
     assert not failed, "\n".join(failed)
+
+
+async def _hostile() -> dict[str, int]:
+    """1,000 hostile requests and 200 abandoned uploads, half on each port; the hostile
+    requests' answers counted."""
+    statuses: dict[str, int] = {}
+    for url in (DIRECT, PROXY):
+        for code, count in (await hostile_wave.malformed(url, 500)).items():
+            statuses[code] = statuses.get(code, 0) + count
+        await hostile_wave.abandoned(url, 100)
+    return statuses
 
 
 def _has(page: str, series: str) -> bool:
