@@ -1,7 +1,8 @@
 """Each pool scales on its own: a prefill-heavy load grows prefill, not decode; a
 decode-heavy load grows decode, not prefill; each shrinks back when its load stops.
 Once with Serve's default policy (ongoing requests per replica), once with the SLO
-policy of serve_configs/autoscaling.yaml (TTFT drives prefill, TPOT drives decode).
+policy of serve_configs/autoscaling.yaml (TTFT drives prefill, TPOT drives decode), whose
+app takes an API key: a flood of requests without it must not move either pool.
 
 Runs in its own pytest session (its own Ray cluster; `make test` runs it first): the apps
 of tests/integration would not leave memory for a third engine.
@@ -53,21 +54,30 @@ OVERRIDES: dict[str, Any] = {
 }
 
 
+API_KEY = "autoscaling-test-key-0123"
+
+
 def running(deployment: str) -> int:
     states: Any = serve.status().applications["splitserve"].deployments[deployment].replica_states
     return int(states.get("RUNNING", 0))
 
 
 async def load(
-    url: str, stop: asyncio.Event, clients: int, prompt_len: int, max_tokens: int
+    url: str,
+    stop: asyncio.Event,
+    clients: int,
+    prompt_len: int,
+    max_tokens: int,
+    key: str | None = None,
 ) -> int:
     """Closed-loop clients until ``stop``; returns requests served."""
     served = 0
+    headers = {"authorization": f"Bearer {key}"} if key else {}
 
     async def client(seed: int) -> None:
         nonlocal served
         rng = random.Random(seed)
-        async with httpx.AsyncClient(timeout=120) as http:
+        async with httpx.AsyncClient(timeout=120, headers=headers) as http:
             while not stop.is_set():
                 prompt = [rng.randrange(3, 1000) for _ in range(prompt_len)]
                 body = {
@@ -85,12 +95,18 @@ async def load(
 
 
 async def scale_under(
-    url: str, busy: str, idle: str, clients: int, prompt_len: int, max_tokens: int
+    url: str,
+    busy: str,
+    idle: str,
+    clients: int,
+    prompt_len: int,
+    max_tokens: int,
+    key: str | None = None,
 ) -> None:
     """Load that piles up on ``busy``: it must grow to 2 replicas, ``idle`` must stay at
     1, and ``busy`` must shrink back to 1 once the load stops."""
     stop = asyncio.Event()
-    task = asyncio.create_task(load(url, stop, clients, prompt_len, max_tokens))
+    task = asyncio.create_task(load(url, stop, clients, prompt_len, max_tokens, key))
     idle_peak = 1
     deadline = time.monotonic() + 180
     while running(busy) < 2 and time.monotonic() < deadline and not task.done():
@@ -134,12 +150,52 @@ def slo_config(tmp_path) -> str:
             "look_back_period_s": 2,
         }
     args["router"] = OVERRIDES["router"]
-    args["ingress"] = {**args["ingress"], **OVERRIDES["ingress"]}
+    args["ingress"] = {**args["ingress"], **OVERRIDES["ingress"], "api_key": API_KEY}
     kwargs = application["autoscaling_policy"]["policy_kwargs"]
     kwargs.update(slo=slo, upscale_cooldown_s=1, downscale_delay_s=5)
     path = tmp_path / "slo.yaml"
     path.write_text(yaml.safe_dump(document))
     return str(path)
+
+
+async def unauthenticated_flood(url: str, seconds: float, clients: int = 32) -> dict[int, int]:
+    """Closed-loop clients without the API key for ``seconds``, each body the
+    prefill-heavy load's (900 prompt tokens, one output token): statuses counted. As
+    demand it would need several prefill replicas (one serves a few such requests per
+    second); unauthenticated, it must be none."""
+    statuses: dict[int, int] = {}
+    until = time.monotonic() + seconds
+
+    async def client(seed: int) -> None:
+        rng = random.Random(seed)
+        async with httpx.AsyncClient(timeout=60) as http:
+            while time.monotonic() < until:
+                prompt = [rng.randrange(3, 1000) for _ in range(900)]
+                body = {"prompt": prompt, "max_tokens": 1, "temperature": 0}
+                r = await http.post(f"{url}/v1/completions", json=body)
+                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    return statuses
+
+
+async def stays_put_under_flood(url: str, seconds: float) -> None:
+    """Both pools stay at 1 replica through an unauthenticated flood and the policy's
+    reaction time after it, and the controller logs no change."""
+    flood = asyncio.create_task(unauthenticated_flood(url, seconds))
+    peaks = {"Prefill": 1, "Decode": 1}
+    deadline = time.monotonic() + seconds + 10  # look-back 2 s, cooldown 1 s, export lag
+    while time.monotonic() < deadline:
+        for pool in peaks:
+            peaks[pool] = max(peaks[pool], running(pool))
+        await asyncio.sleep(1)
+    statuses = await flood
+    print(f"unauthenticated flood, {seconds:.0f} s: {statuses}")
+    assert set(statuses) == {401}, statuses
+    assert sum(statuses.values()) > 10 * seconds, "the flood was too thin to test anything"
+    assert peaks == {"Prefill": 1, "Decode": 1}, f"the flood moved the pools: {peaks}"
+    changes = re.findall(r"SLO autoscaler: \w+ \d+ -> \d+ replicas: .*", controller_log())
+    assert changes == [], changes
 
 
 def decisions_counted(page: str) -> set[tuple[str, str]]:
@@ -167,8 +223,9 @@ async def test_the_slo_policy_grows_each_pool_on_its_own_signal_or_the_model(tmp
     test_decode_grows_on_tpot_and_not_on_prefill_load."""
     with LocalApp(slo_config(tmp_path), num_cpus=2) as app:
         assert (running("Prefill"), running("Decode")) == (1, 1)
-        await scale_under(app.url, "Prefill", "Decode", clients=8, prompt_len=900, max_tokens=1)
-        await scale_under(app.url, "Decode", "Prefill", clients=16, prompt_len=20, max_tokens=200)
+        await stays_put_under_flood(app.url, seconds=20)
+        await scale_under(app.url, "Prefill", "Decode", 8, 900, 1, key=API_KEY)
+        await scale_under(app.url, "Decode", "Prefill", 16, 20, 200, key=API_KEY)
         log = controller_log()
         # Ray exports a process's metrics every 10 s: the last change may take that long.
         async with httpx.AsyncClient(timeout=60) as http:
