@@ -180,19 +180,36 @@ async def unauthenticated_flood(url: str, seconds: float, clients: int = 32) -> 
 
 
 async def stays_put_under_flood(url: str, seconds: float) -> None:
-    """Both pools stay at 1 replica through an unauthenticated flood and the policy's
-    reaction time after it, and the controller logs no change."""
+    """An unauthenticated flood is no demand, and both pools stay at 1 replica through
+    it and the policy's reaction time after it, with no change logged. Beside the flood,
+    one client with the key sends short requests one at a time (20 prompt tokens,
+    prefilled on decode, one output token: far inside the targets): the ingress's demand
+    figures (what Serve hands the SLO policy's model) must count that client's arrivals
+    and not the flood's."""
+    stop = asyncio.Event()
+    trickle = asyncio.create_task(load(url, stop, 1, 20, 1, API_KEY))
     flood = asyncio.create_task(unauthenticated_flood(url, seconds))
+    ingress: Any = serve.get_deployment_handle("Ingress", app_name="splitserve")
     peaks = {"Prefill": 1, "Decode": 1}
-    deadline = time.monotonic() + seconds + 10  # look-back 2 s, cooldown 1 s, export lag
+    figures: dict[str, float] = {}
+    started = time.monotonic()
+    deadline = started + seconds + 10  # look-back 2 s, cooldown 1 s, export lag
     while time.monotonic() < deadline:
         for pool in peaks:
             peaks[pool] = max(peaks[pool], running(pool))
+        if not figures and time.monotonic() > started + seconds - 2:
+            figures = await ingress.record_autoscaling_stats.remote()  # 10 s of flood
         await asyncio.sleep(1)
+    stop.set()
+    served = await trickle
     statuses = await flood
-    print(f"unauthenticated flood, {seconds:.0f} s: {statuses}")
+    flood_per_s = sum(statuses.values()) / seconds
+    print(f"unauthenticated flood, {seconds:.0f} s: {statuses}; trickle: {served} served; "
+          f"demand seen: {figures.get('arrivals_per_s')} arrivals/s")  # fmt: skip
     assert set(statuses) == {401}, statuses
-    assert sum(statuses.values()) > 10 * seconds, "the flood was too thin to test anything"
+    assert flood_per_s > 50, "the flood was too thin to test anything"
+    assert 0 < figures["arrivals_per_s"] <= served / 10 + 1, (figures, served)
+    assert figures["arrivals_per_s"] < flood_per_s / 10, (figures, flood_per_s)
     assert peaks == {"Prefill": 1, "Decode": 1}, f"the flood moved the pools: {peaks}"
     changes = re.findall(r"SLO autoscaler: \w+ \d+ -> \d+ replicas: .*", controller_log())
     assert changes == [], changes
