@@ -218,6 +218,16 @@ class Faults:
             except Exception as exc:  # reported in the result, not lost in a thread
                 entry["roll_error"] = f"{type(exc).__name__}: {exc}"[:600]
                 print(json.dumps({"redeploy_failed": entry}), flush=True)
+                # Serve calls an update failed when a replica of the new version dies
+                # during it (the next fault), and rolls on towards it: how long until the
+                # app runs whole again, looked for until shortly before the next redeploy.
+                deadline = started + 3.5 * self.args.fault_every_s
+                while time.monotonic() < deadline:
+                    status = serve.status().applications.get(self.app.name)
+                    if status is not None and status.status == "RUNNING":
+                        entry["running_again_s"] = round(time.monotonic() - started, 1)
+                        break
+                    time.sleep(2)
 
         self.rolling = threading.Thread(target=roll, daemon=True)
         self.rolling.start()
@@ -385,6 +395,7 @@ def main() -> None:
         "decisions": dict(Counter(str(e["decision"]) for e in ends)),
         "faults": faults.log,
         "redeploys_failed": sum(1 for f in faults.log if "roll_error" in f),
+        "redeploys_failed_running_again": sum(1 for f in faults.log if "running_again_s" in f),
         "kv_blocks_free_at_end": free,
         "shm_files_left": shm_left,
         "rss": rss_change(samples, skip_min=5.0),

@@ -171,8 +171,10 @@ class Admission:
         )
 
     def admit(self) -> Ticket:
-        """A ticket for a new request, or :class:`Overloaded`."""
-        self._check()
+        """A ticket for a new request, or :class:`Overloaded` (counted)."""
+        refused = self.refusal()
+        if refused is not None:
+            raise self.count(refused)
         number = next(self._numbers)
         now = self.clock()
         if not self._waiting:
@@ -189,17 +191,19 @@ class Admission:
             if samples > 1:
                 self._extra[number] = samples - 1
 
-    def _check(self) -> None:
+    def refusal(self) -> Overloaded | None:
+        """The refusal a request arriving now would get, not counted yet (:meth:`count`
+        counts it once it is sent), or None: it would be admitted."""
         rate = self.drain_rate() if self.predicted_limit_s > 0 else None
         if self.waiting >= self.max_waiting:
-            self._refuse(
+            return self._refusal(
                 Reason.MAX_WAITING,
                 f"{self.waiting} requests already wait for their first token",
                 rate,
             )
         oldest = self.oldest_wait_s()
         if oldest > self.limit_s:
-            self._refuse(
+            return self._refusal(
                 Reason.OLDEST_WAIT,
                 f"requests wait {oldest:.1f} s for a first token (budget "
                 f"{self.ttft_budget_s:g} s, admitting while under {self.limit_s:g} s)",
@@ -210,7 +214,7 @@ class Admission:
             and (predicted := self.predicted_wait_s(rate)) > self.predicted_limit_s
             and self.waiting > self.proven_depth()
         ):
-            self._refuse(
+            return self._refusal(
                 Reason.PREDICTED_WAIT,
                 f"{self.waiting} requests wait for a first token and the pools serve "
                 f"{rate:.1f} a second: a new one would wait {predicted:.1f} s "
@@ -218,14 +222,19 @@ class Admission:
                 f"{self.predicted_limit_s:g} s)",
                 rate,
             )
+        return None
+
+    def count(self, refused: Overloaded) -> Overloaded:
+        """Count a refusal that is being sent (the refusal counter, by reason); it."""
+        self.shed += 1
+        if self.on_refuse is not None:
+            self.on_refuse(refused.reason)
+        return refused
 
     def refuse(self, reason: Reason, why: str, retry_after_s: int | None = None) -> Overloaded:
         """Count a refusal decided elsewhere (not ready, a pool's queue full); the error."""
-        self.shed += 1
-        if self.on_refuse is not None:
-            self.on_refuse(reason)
         retry = self.retry_after() if retry_after_s is None else retry_after_s
-        return Overloaded(why, retry, reason)
+        return self.count(Overloaded(why, retry, reason))
 
     def retry_after(self, rate: float | None = None) -> int:
         """Seconds until the queue waiting now has drained, at the measured rate."""
@@ -243,8 +252,8 @@ class Admission:
         while self._served and self._served[0][0] < horizon:
             self._served.popleft()
 
-    def _refuse(self, reason: Reason, why: str, rate: float | None) -> None:
-        raise self.refuse(reason, f"server overloaded: {why}; retry later", self.retry_after(rate))
+    def _refusal(self, reason: Reason, why: str, rate: float | None) -> Overloaded:
+        return Overloaded(f"server overloaded: {why}; retry later", self.retry_after(rate), reason)
 
     def _leave(self, number: int, served: bool) -> None:
         entry = self._waiting.pop(number, None)

@@ -132,18 +132,35 @@ class OpenAIServer:
         )
         return JSONResponse(health.body, status_code=health.status, headers=headers)
 
-    def _not_ready(self) -> Response | None:
-        """A 503 for an API request that comes before every pool serves warm, else None."""
+    def _not_ready(self) -> Overloaded | None:
+        """The refusal (not counted yet) of an API request that comes before every pool
+        serves warm, else None."""
         if self.readiness is None:
             return None
         self.readiness.start()
         if self.readiness.ready:
             return None
-        refusal = self.admission.refuse(
-            Reason.NOT_READY, self.readiness.not_ready_error(), self.readiness.retry_after_s
+        return Overloaded(
+            self.readiness.not_ready_error(), self.readiness.retry_after_s, Reason.NOT_READY
         )
-        error = APIError(str(refusal), HTTPStatus.SERVICE_UNAVAILABLE)
-        return _error_json(error.body(), error.status, refusal.retry_after_s)
+
+    def _refused(self, refused: Overloaded) -> Response:
+        """A refusal counted and sent: 503 with its Retry-After."""
+        self.admission.count(refused)
+        error = APIError(str(refused), HTTPStatus.SERVICE_UNAVAILABLE)
+        return _error_json(error.body(), error.status, refused.retry_after_s)
+
+    async def _refused_unless_bad(
+        self, request: Request, model: TypeAdapter[Any], refused: Overloaded
+    ) -> Response:
+        """A request that is not admitted (not ready, overloaded): its body is still read
+        and checked (within the body's size and time limits, holding no slot), so bad
+        input is a 4xx whatever the load, as on vLLM's server; good input is refused."""
+        try:
+            await self._parse(request, model)
+        except APIError as error:
+            return error_response(error)
+        return self._refused(refused)
 
     async def metrics(self, request: Request) -> Response:
         if self.config.metrics_require_api_key:
@@ -183,7 +200,7 @@ class OpenAIServer:
             return error_response(error)
         not_ready = self._not_ready()
         if not_ready is not None:
-            return not_ready
+            return self._refused(not_ready)
         listing = await self.serving.models.show_available_models()
         return JSONResponse(listing.model_dump())
 
@@ -228,17 +245,14 @@ class OpenAIServer:
             self._authorize(request)
         except APIError as error:
             return error_response(error)
-        not_ready = self._not_ready()
-        if not_ready is not None:
-            return not_ready
-        try:
-            # Admitted (or refused) as it arrives, before its body is parsed: under a
-            # burst a refusal costs next to nothing, and requests still being parsed
-            # count as waiting. A request found bad leaves the queue at once.
-            ticket = self.admission.admit()
-        except Overloaded as exc:
-            refusal = APIError(str(exc), HTTPStatus.SERVICE_UNAVAILABLE)
-            return _error_json(refusal.body(), refusal.status, exc.retry_after_s)
+        # Admitted (or refused) as it arrives, before its body is parsed: requests still
+        # being parsed count as waiting, and a request found bad leaves the queue at once.
+        # A refused request's body is read and checked too, holding no slot: bad input
+        # is a 400 under any load (a check costs well under a millisecond).
+        refused = self._not_ready() or self.admission.refusal()
+        if refused is not None:
+            return await self._refused_unless_bad(request, model, refused)
+        ticket = self.admission.admit()
         try:
             parsed = await self._parse(request, model)
         except APIError as error:

@@ -4,8 +4,9 @@ Every failure is an :class:`~app.api.errors.APIError` with a 4xx status and a me
 that names what is wrong (the HTTP layer gives the admission slot back on any of them):
 a non-JSON content type (415), a body over ``ingress.max_body_bytes`` (413) or slower
 than ``ingress.body_timeout_s`` (408), and a 400 for the rest: invalid UTF-8 or JSON of
-any shape, a field that steers KV transfer, a refused feature, more samples than
-``ingress.max_samples``, a field vLLM's request model refuses or trips over.
+any shape (a lone surrogate escape included), a field that steers KV transfer, a refused
+feature, more samples than ``ingress.max_samples``, a field vLLM's request model refuses
+or trips over.
 """
 
 from __future__ import annotations
@@ -61,13 +62,19 @@ async def read_json(request: Request, limit: int, timeout_s: float) -> Any:
     except UnicodeDecodeError as exc:
         raise bad_request(f"request body is not valid UTF-8: {exc.reason}") from exc
     try:
-        return json.loads(text)
+        body = json.loads(text)
     except json.JSONDecodeError as exc:
         raise bad_request(f"request body is not valid JSON: {exc}") from exc
     except RecursionError as exc:
         raise bad_request("request body is not valid JSON: nested too deeply") from exc
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits
         raise bad_request(f"request body is not valid JSON: {exc}") from exc
+    if "\\ud" in text or "\\uD" in text:  # a \uD800-\uDFFF escape (a pair is one character)
+        try:
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise bad_request("request body has a lone UTF-16 surrogate escape") from exc
+    return body
 
 
 def check_body(body: Any, max_samples: int) -> None:

@@ -98,8 +98,12 @@ class MigrationConfig(Strict):
         180.0,
         gt=0,
         description="How long a lost request waits for a live replica to take it (Serve "
-        "restarting the only replica, warm-up included); then the client gets the error.",
+        "restarting the only replica, warm-up included), or a begun stream for room in "
+        "the decode pool's full queue; then the client gets the error.",
     )
     retry_interval_s: float = Field(
-        1.0, gt=0, description="Pause between sends of a lost request no replica took yet."
+        1.0,
+        gt=0,
+        description="Pause between sends of a lost request no replica took yet "
+        "(or of a begun stream the decode pool's full queue refused).",
     )

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from app.config import MigrationConfig
+from app.flow.pool_client import PoolBusy
 from app.flow.records import GenerateRequest, TokenChunk
 
 logger = logging.getLogger("splitserve.migration")
@@ -138,7 +139,10 @@ async def resumable(
     current stream had anything from decode (the request reached a dead replica, or
     nothing live has taken it yet; a first token from prefill may have been sent) is
     retried every ``retry_interval_s`` for up to ``resume_timeout_s``, going on from
-    every token sent; then the loss is raised. Other failures are raised as they are.
+    every token sent; then the loss is raised. A full decode queue (:class:`PoolBusy`)
+    once the client has tokens is waited out the same way, so a stream that has begun
+    is not failed by a queue that is full for a moment; before any token it is raised
+    (a plain 503 with ``Retry-After``). Other failures are raised as they are.
 
     After a migration, chunks carry text from ``answer_text`` (fed every token sent),
     not the continuation's engine, whose detokenizer starts at the cut.
@@ -209,6 +213,19 @@ async def resumable(
                 if now >= give_up_at:
                     raise
                 await asyncio.sleep(config.retry_interval_s)
+        except PoolBusy:
+            if not sent:
+                raise
+            now = time.monotonic()
+            give_up_at = give_up_at or now + config.resume_timeout_s
+            if now >= give_up_at:
+                raise
+            logger.info(
+                "request %s: the decode pool's queue is full after %d tokens; retrying",
+                request.request_id,
+                len(sent),
+            )
+            await asyncio.sleep(config.retry_interval_s)
         finally:
             watch.stop()
             await chunks.aclose()  # type: ignore[attr-defined]

@@ -176,3 +176,41 @@ def test_bodies_that_are_json_but_not_objects_name_what_they_are(engine_client):
     _, client = _server(engine_client)
     r = client.post(CMPL, content=json.dumps([1, 2]), headers=JSON)
     assert r.status_code == 400 and "JSON object" in r.json()["error"]["message"]
+
+
+def test_bad_input_is_a_4xx_even_while_requests_are_refused(engine_client):
+    import threading
+    import time
+
+    from tests.unit.http_api_fakes import FakePool
+
+    make_client(engine_client, pool=FakePool(delay=0.5))
+    config = IngressConfig(admission={"max_waiting": 1, "retry_after_s": 7})
+    server = OpenAIServer(engine_client.serving, config, None)
+    client = TestClient(server.asgi_app(), raise_server_exceptions=False)
+    waiting = threading.Thread(target=lambda: client.post(CMPL, json={"model": M, "prompt": "hi"}))
+    waiting.start()
+    time.sleep(0.2)  # the first request holds the only slot: the next are refused
+    for body in RAW_BODIES:
+        _assert_openai_error(client.post(CMPL, content=body, headers=JSON), body)
+    for body in BAD_CHATS:
+        reply = client.post(CHAT, json={"model": M, "max_tokens": 2, **body})
+        assert reply.status_code != 200, body  # were it good, it would be refused
+        if reply.status_code == 503:  # a body vLLM's server accepts
+            assert reply.headers["retry-after"] == "7"
+        else:
+            _assert_openai_error(reply, body)
+    bad = server.admission.shed
+    refused = client.post(CMPL, json={"model": M, "prompt": "hi"})
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "7"
+    assert server.admission.shed == bad + 1  # a 4xx is no refusal; a 503 is counted
+    waiting.join()
+    assert server.admission.waiting == 0
+
+
+def test_a_lone_surrogate_escape_is_a_400_and_a_pair_is_one_character(engine_client):
+    _, client = _server(engine_client)
+    lone = client.post(CMPL, content=b'{"prompt": "a\\udc00b"}', headers=JSON)
+    assert lone.status_code == 400 and "surrogate" in lone.json()["error"]["message"]
+    pair = client.post(CMPL, content=b'{"prompt": "\\ud83d\\ude00", "max_tokens": 2}', headers=JSON)
+    assert pair.status_code == 200, pair.text

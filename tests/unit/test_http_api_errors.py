@@ -276,6 +276,13 @@ def test_health_and_the_api_answer_503_until_every_pool_serves(engine_client):
     ):
         assert r.status_code == 503 and r.headers["retry-after"]
         assert "no warm replica of the prefill pool" in r.json()["error"]["message"]
+    # Bad input is a 400 before the pools are ready too, and no refusal.
+    shed = server.admission.shed
+    bad = client.post(
+        "/v1/completions", content=b"[" * 50, headers={"content-type": "application/json"}
+    )
+    assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
+    assert server.admission.shed == shed
     serving["prefill"] = True
     aio.run(readiness.probe_once())
     assert client.get("/health").json() == {

@@ -8,7 +8,7 @@ from vllm import SamplingParams
 from app.config import MigrationConfig, Mode
 from app.flow.migration import LostCause, ReplicaLost, StallWatch, continuation
 from app.flow.orchestrator import Orchestrator
-from app.flow.pool_client import PoolClient
+from app.flow.pool_client import PoolBusy, PoolClient
 from app.flow.records import GenerateRequest, Started, TokenChunk
 from app.flow.request_timings import RequestTimings
 
@@ -253,3 +253,43 @@ async def test_a_cancel_from_elsewhere_is_not_a_stall():
     with pytest.raises(asyncio.CancelledError):
         await task
     watch.stop()
+
+
+class Busy(Decode):
+    """Decode pool whose queue is full for the sends numbered in ``busy`` (0-based)."""
+
+    def __init__(self, busy, plan=(None,)):
+        super().__init__(plan=plan)
+        self.busy = set(busy)
+        self.sends = 0
+
+    async def generate(self, request):
+        send, self.sends = self.sends, self.sends + 1
+        if send in self.busy:
+            raise PoolBusy("Request dropped due to backpressure")
+            yield
+        async for item in super().generate(request):
+            yield item
+
+
+async def test_a_full_decode_queue_after_tokens_were_sent_is_waited_out():
+    # Lost after 3 tokens; the continuation finds the queue full twice, then is served.
+    decode = Busy(busy={1, 2}, plan=[3, None])
+    chunks, timings = await _run(decode, retry_interval_s=0.01)
+    assert _tokens(chunks) == UNINTERRUPTED
+    assert chunks[-1].finish_reason == "length"
+    assert [m.tokens_sent for m in timings.migrations] == [3]  # the waits are no moves
+    assert decode.requests[-1].prompt_token_ids == PROMPT + UNINTERRUPTED[:3]
+
+
+async def test_a_full_decode_queue_before_any_token_is_the_error():
+    decode = Busy(busy={0})
+    with pytest.raises(PoolBusy):
+        await _run(decode, retry_interval_s=0.01)
+    assert decode.sends == 1  # refused at once: a plain 503, not a wait
+
+
+async def test_a_queue_full_past_the_resume_timeout_is_the_error():
+    decode = Busy(busy=set(range(1, 1000)), plan=[3, None])
+    with pytest.raises(PoolBusy):
+        await _run(decode, retry_interval_s=0.01, resume_timeout_s=0.1)
