@@ -175,6 +175,11 @@ class Admission:
         refused = self.refusal()
         if refused is not None:
             raise self.count(refused)
+        return self.enter()
+
+    def enter(self) -> Ticket:
+        """A ticket for a new request, unchecked: for a caller that has just asked
+        :meth:`refusal` (the clock moves between two checks)."""
         number = next(self._numbers)
         now = self.clock()
         if not self._waiting:

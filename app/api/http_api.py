@@ -252,7 +252,7 @@ class OpenAIServer:
         refused = self._not_ready() or self.admission.refusal()
         if refused is not None:
             return await self._refused_unless_bad(request, model, refused)
-        ticket = self.admission.admit()
+        ticket = self.admission.enter()
         try:
             parsed = await self._parse(request, model)
         except APIError as error:
