@@ -6,8 +6,10 @@ prompt is long enough to be prefilled remotely (the test config disaggregates pr
 only requests that need the prompt's logprobs are prefilled on decode, by design.
 
 Required: the same status class everywhere; for greedy requests the same text, finish
-reasons, usage, tool calls and logprobs (tokens exact, values within ``LOGPROB_TOL``);
-for sampled requests the same shape. Afterwards no KV block is held on either engine.
+reasons, usage, tool calls and logprobs (tokens exact, values within ``LOGPROB_TOL``),
+except that two greedy answers may part at a near tie of bfloat16 (``NEAR_TIE``, shown
+with both servers' logprobs), and there only; for sampled requests the same shape.
+Afterwards no KV block is held on either engine.
 """
 
 from __future__ import annotations
@@ -283,6 +285,10 @@ def test_same_answer_as_vllm(apps, http, vllm_url, name, path, body, kind) -> No
     if kind == "greedy":
         if path in ("/tokenize", "/detokenize"):
             assert mine == theirs, name
+        elif _greedy_flip_at_a_tie(http, apps.disaggregated, vllm_url, path, body, mine, theirs):
+            assert mine["usage"] == theirs["usage"], (name, mine["usage"], theirs["usage"])
+            finish = [mine["choices"][0]["finish_reason"], theirs["choices"][0]["finish_reason"]]
+            assert finish[0] == finish[1], (name, finish)
         else:
             _assert_close(name, mine, theirs)
     else:
@@ -291,6 +297,52 @@ def test_same_answer_as_vllm(apps, http, vllm_url, name, path, body, kind) -> No
         assert mine["usage"]["completion_tokens"] == theirs["usage"]["completion_tokens"], name
     if path.startswith("/v1") and not body.get("stream"):
         _assert_went_remote(name, body, ours["splitserve"])
+
+
+# bfloat16 rounds differently on different kernels: a KV cache computed by the prefill
+# engine and read by decode, and vLLM's single engine, can put two tokens of the random
+# tiny model at an exact tie in one and 0.016 apart in the other (seen on an Intel Xeon with
+# AVX-512: ' ulin' and 'poyolo' at -4.0794 both on splitserve's decode, -4.094 and -4.0784
+# on vLLM's engine). Greedy answers may then part at that token, and only there.
+NEAR_TIE = 0.05
+TOP = 5
+
+
+def _greedy_flip_at_a_tie(
+    http: Any, ours_url: str, peer_url: str, path: str, body: dict[str, Any], mine: Any, theirs: Any
+) -> bool:
+    """Whether answers whose text differs part at a near tie of the two tokens (each
+    within ``NEAR_TIE`` of the chosen one in both servers' top logprobs) after the same
+    tokens: asked again of both with token ids and logprobs, each answer the same as the
+    first time. False where the texts agree (nothing to explain)."""
+    if mine["choices"].keys() != {0} or mine["choices"][0]["text"] == theirs["choices"][0]["text"]:
+        return False
+    again = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    again["return_token_ids"] = again["return_tokens_as_token_ids"] = True
+    if path.endswith("/chat/completions"):
+        again.update(logprobs=True, top_logprobs=TOP)
+    else:
+        again["logprobs"] = TOP
+    answers = []
+    for url, first in ((ours_url, mine), (peer_url, theirs)):
+        choice = http.post(url + path, json=again).json()["choices"][0]
+        text = choice["text"] if "text" in choice else choice["message"]["content"]
+        assert text == first["choices"][0]["text"], ("not the same answer again", url, text)
+        answers.append((choice["token_ids"], _top_by_position(choice["logprobs"])))
+    (ours, our_tops), (peer, peer_tops) = answers
+    at = next((i for i, (a, b) in enumerate(zip(ours, peer, strict=False)) if a != b), None)
+    assert at is not None, ("the same tokens, told apart as text", ours, peer)
+    a, b = f"token_id:{ours[at]}", f"token_id:{peer[at]}"
+    for tops in (our_tops[at], peer_tops[at]):
+        assert a in tops and b in tops and abs(tops[a] - tops[b]) <= NEAR_TIE, (at, a, b, tops)
+    print(f"greedy answers part at token {at}, a near tie: {our_tops[at]} / {peer_tops[at]}")
+    return True
+
+
+def _top_by_position(logprobs: dict[str, Any]) -> list[dict[str, float]]:
+    if "content" in logprobs:  # chat
+        return [{t["token"]: t["logprob"] for t in c["top_logprobs"]} for c in logprobs["content"]]
+    return [dict(top) for top in logprobs["top_logprobs"]]
 
 
 def _assert_went_remote(name: str, body: dict[str, Any], field: dict[str, Any]) -> None:
