@@ -104,8 +104,10 @@ class PoolConfig(DeploymentOptions):
         None,
         description="CPU hosts: cores the engine runs on, e.g. `0`, `1`, `0-3` (the replica "
         "binds every thread of its engine processes there; vLLM also gets it as "
-        "VLLM_CPU_OMP_THREADS_BIND); `all`, `nobind` or None leave vLLM's choice.",
-        pattern=r"^(all|nobind|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)$",
+        "VLLM_CPU_OMP_THREADS_BIND); alternatives such as `0|1`: each replica claims a set "
+        "no other replica on the host holds (one engine per core); `all`, `nobind` or None "
+        "leave vLLM's choice.",
+        pattern=r"^(all|nobind|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*(\|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)*)$",
     )
     cpu_binding_on_gpu: bool = Field(
         False,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from app.config import AppConfig, PoolConfig
+from app.engine import core_claim
 from app.flow.records import Role
 from app.kv import lease_release, nixl_progress, read_deadline
 from app.kv.fallback import Transport, engine_transports, nixl_installed
@@ -35,12 +36,13 @@ def side_channel_host(configured: str) -> str:
 def cpu_binding(pool: PoolConfig, on_gpu: bool | None = None) -> str | None:
     """The cores ``pool``'s engines are bound to here: its ``cpu_binding`` on a host
     without a GPU; on a GPU host only if ``cpu_binding_on_gpu`` asks (else None, vLLM's
-    and the OS's choice)."""
+    and the OS's choice). Alternatives (``"0|1"``): the set this replica claimed
+    (:mod:`app.engine.core_claim`)."""
     if pool.cpu_binding is None:
         return None
-    if pool.cpu_binding_on_gpu:
-        return pool.cpu_binding
-    return None if (_on_gpu() if on_gpu is None else on_gpu) else pool.cpu_binding
+    if not pool.cpu_binding_on_gpu and (_on_gpu() if on_gpu is None else on_gpu):
+        return None
+    return core_claim.claim(pool.cpu_binding)
 
 
 def engine_environment(

@@ -5,8 +5,8 @@ model is generated here, deterministically (seeded), the first time it is asked 
 
 - a byte-level BPE tokenizer (vocab ~1k, ``<s>``/``</s>``/``<pad>``, a chat template)
   trained with ``tokenizers`` on seeded pseudo-words;
-- a ``LlamaForCausalLM`` with random weights (hidden 256, 4 layers, 4 heads, 2 KV heads),
-  saved as bf16 safetensors (~9 MB).
+- a ``LlamaForCausalLM`` with random weights (hidden 256, 4 layers, 4 heads, 2 KV heads,
+  16,384 positions), saved as bf16 safetensors (~9 MB).
 
 Its outputs are gibberish, but the computation, the KV cache and its transfer are real.
 """
@@ -18,9 +18,13 @@ from pathlib import Path
 
 SEED = 20241129
 VOCAB_SIZE = 1024
+# Positions the model knows: enough for Azure's conversation trace at its true lengths
+# (prompts up to 14,050 tokens). RoPE has no weights per position, so this changes no
+# weight and no answer; a server's `max_model_len` decides what it accepts.
+MAX_POSITIONS = 16384
 # Bump when the recipe changes: the cache folder name carries it, so an old cache
 # is never mistaken for the new recipe.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2  # 2: 16,384 positions (was 2,048); the same weights
 
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
@@ -92,7 +96,7 @@ def _train_tokenizer(target: Path, rng: random.Random) -> int:
         eos_token="</s>",
         pad_token="<pad>",
         add_bos_token=True,
-        model_max_length=2048,
+        model_max_length=MAX_POSITIONS,
     )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(str(target))
@@ -110,7 +114,7 @@ def _write_model(target: Path, vocab_size: int) -> None:
         num_hidden_layers=4,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=2048,
+        max_position_embeddings=MAX_POSITIONS,
         # Wider than the usual 0.02 so logits are spread out and greedy decoding is
         # not decided by bf16 rounding noise (outputs must match across engines).
         initializer_range=0.08,

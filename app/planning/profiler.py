@@ -40,8 +40,8 @@ def measure(
     model = config.model
     pool = config.decode
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(model.kv_cache_gib)
-    if pool.cpu_binding is not None:
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = pool.cpu_binding
+    if pool.cpu_binding is not None:  # of alternatives ("0|1"), the first
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = pool.cpu_binding.split("|")[0]
     longest = max(max(prompt_lengths), decode_context + steps) + 8
     llm = LLM(
         model=resolve_model(model.source),

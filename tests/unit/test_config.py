@@ -68,12 +68,12 @@ def test_autoscaling_bounds_checked():
         AppConfig.model_validate({"decode": {"autoscaling_config": {"min_replicas": 3}}})
 
 
-@pytest.mark.parametrize("binding", ["0", "1", "0-3", "0,2,4-5", "all", "nobind"])
+@pytest.mark.parametrize("binding", ["0", "1", "0-3", "0,2,4-5", "all", "nobind", "0|1", "0-1|2-3"])
 def test_cpu_binding_accepts_vllm_forms(binding):
     assert AppConfig.model_validate({"prefill": {"cpu_binding": binding}})
 
 
-@pytest.mark.parametrize("binding", ["core0", "0-", "", "1;2"])
+@pytest.mark.parametrize("binding", ["core0", "0-", "", "1;2", "0|", "|1", "all|0"])
 def test_cpu_binding_rejects_garbage(binding):
     with pytest.raises(ValidationError, match="cpu_binding"):
         AppConfig.model_validate({"prefill": {"cpu_binding": binding}})
@@ -249,3 +249,15 @@ def test_a_missing_key_file_is_an_error_naming_it(tmp_path):
 
     with pytest.raises(ValueError, match=r"api_key_file .*No such file"):
         IngressConfig(api_key_file=str(tmp_path / "none")).key(environ={})
+
+
+def test_colocated_two_runs_one_engine_per_core_as_the_default_app_does():
+    by_name = {p.name: p for p in CONFIGS}
+    two = AppConfig.model_validate(_args(by_name["colocated_two.yaml"]))
+    default = AppConfig.model_validate(_args(by_name["default.yaml"]))
+    assert two.mode is Mode.COLOCATED and two.decode.num_replicas == 2
+    assert two.decode.cpu_binding is not None
+    assert set(two.decode.cpu_binding.split("|")) == {
+        default.prefill.cpu_binding,
+        default.decode.cpu_binding,
+    }
