@@ -16,7 +16,9 @@ time.sleep(float(sys.argv[2]))
 """
 
 
-def start_claimer(binding: str, env: dict[str, str], hold_s: float = 30.0) -> tuple[subprocess.Popen[str], str]:
+def start_claimer(
+    binding: str, env: dict[str, str], hold_s: float = 30.0
+) -> tuple[subprocess.Popen[str], str]:
     process = subprocess.Popen(
         [sys.executable, "-c", CLAIMER, binding, str(hold_s)],
         stdout=subprocess.PIPE,
