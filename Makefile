@@ -21,7 +21,7 @@ TORCH_INDEX ?=
 # Tests run in a loopback-only network namespace where possible (see the script).
 NETNS := scripts/loopback-netns
 
-.PHONY: setup run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-replay bench-aiperf bench-link gpu-check
+.PHONY: setup run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-replay bench-trace bench-aiperf bench-link gpu-check
 
 setup: $(STAMP)
 
@@ -122,6 +122,15 @@ bench-compare: setup
 REPLAY_ARGS ?= --duration-s 40 --warm-rate-scale 0.3 --warm-duration-s 20 --rate-scales 0.2 0.5 --slo-ttft-ms 2000
 bench-replay: setup
 	$(NETNS) $(PY) -m load_tests.replay_compare $(REPLAY_ARGS)
+
+# Where splitting pays: a window of a trace (Azure's format; default the conversation trace
+# that ships with splitserve) replayed against vLLM's server and four splitserve layouts on
+# the same cores, goodput under three SLO profiles, the advisor's winner beside the
+# measured one (docs/where_splitting_pays.md). QUICK=1: a 20 s window, 3 rates, 1 repeat.
+TRACE ?= app/replay/data/azure_conv_2023.csv
+OUT ?= load_tests/results/trace_bench.json
+bench-trace: setup
+	$(NETNS) $(PY) -m load_tests.trace_bench --trace $(TRACE) --out $(OUT) $(if $(QUICK),--quick)
 
 # NVIDIA's AIPerf and the project's load generator, same workload, against splitserve and
 # vLLM's server. AIPerf gets an environment of its own (the `aiperf` group of pyproject.toml).

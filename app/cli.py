@@ -155,10 +155,11 @@ def cmd_advise(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 def cmd_profile(args: argparse.Namespace) -> dict[str, Any]:
     from app.config import AppConfig, serve_file_args
-    from app.planning.profiler import measure
+    from app.planning.profiler import PROMPT_LENGTHS, measure
 
     config = AppConfig.model_validate(serve_file_args(args.config))
-    profile = measure(config, repeats=args.repeats, steps=args.steps)
+    lengths = tuple(args.prompt_lengths) if args.prompt_lengths else PROMPT_LENGTHS
+    profile = measure(config, prompt_lengths=lengths, repeats=args.repeats, steps=args.steps)
     profile.save(args.out)
     return {"written": args.out, "prefill": profile.prefill, "decode": profile.decode}
 
@@ -254,6 +255,13 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--out", default="load_tests/results/engine_profile.json")
     prof.add_argument("--repeats", type=int, default=3)
     prof.add_argument("--steps", type=int, default=32)
+    prof.add_argument(
+        "--prompt-lengths",
+        type=int,
+        nargs="+",
+        help="prompt lengths the prefill curve is measured at (default 16 to 1,536 tokens; "
+        "give the longest a workload has, as the curve is extended linearly beyond them)",
+    )
 
     pl = commands.add_parser("plan", help="best prefill:decode ratio for goodput per engine")
     _model_options(pl)
@@ -358,7 +366,15 @@ def cmd_replay(args: argparse.Namespace) -> dict[str, Any]:
     limits, _ = slo_from_options(args)
     headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else None
     answers = asyncio.run(
-        replay(args.url.rstrip("/"), args.model, requests, args.seed, args.vocab, headers)
+        replay(
+            args.url.rstrip("/"),
+            args.model,
+            requests,
+            args.seed,
+            args.vocab,
+            headers,
+            progress="replay",
+        )
     )
     result = {"trace": trace, "url": args.url, **summary(answers, window, limits)}
     if args.out:

@@ -28,6 +28,7 @@ class RequestState:
     first_token: float = math.nan
     finished: float = math.nan
     last_chunk: float = math.nan  # when the engine last handed a chunk on
+    token_times: list[float] = field(default_factory=list)  # each token, as the engine makes it
     on_first_token: Callable[[], None] | None = None  # called as the first token is through
 
 

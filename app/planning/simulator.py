@@ -144,12 +144,14 @@ class DecodeReplica:
         self.stream.frontend.step()
         for state in decoding:
             state.tokens_out += 1
+            state.token_times.append(self.clock.now)
         for state, take in prefilling:
             state.prefill_left -= take
             if state.prefill_left:
                 self.waiting.appendleft(state)  # the rest of the prompt, next step
             else:
                 state.tokens_out += 1  # the step that ends a prefill samples a token
+                state.token_times.append(self.clock.now)
                 if state.tokens_out >= state.request.output_tokens:
                     self.stream.chunk(state, first=True, last=True)  # the only token
                 else:
@@ -240,6 +242,14 @@ def simulate(
     requests: list[SimRequest], profile: EngineProfile, topology: Topology
 ) -> list[SimOutcome]:
     """TTFT and TPOT of every request, in the order given."""
+    return outcomes(simulate_states(requests, profile, topology), profile)
+
+
+def simulate_states(
+    requests: list[SimRequest], profile: EngineProfile, topology: Topology
+) -> list[RequestState]:
+    """Every request's state at the end (its first token, its end, each token's time as
+    its engine made it), in the order given."""
     clock = Clock()
     cpu = SharedCores(clock, topology.cores)
     frontend = FrontEndServer(clock, topology.frontend, cpu)
@@ -275,7 +285,7 @@ def simulate(
     for state in states:
         clock.at(state.request.arrival, lambda s=state: arrive(s))  # type: ignore[misc]
     clock.run()
-    return outcomes(states, profile)
+    return states
 
 
 def outcomes(states: list[RequestState], profile: EngineProfile) -> list[SimOutcome]:

@@ -38,6 +38,8 @@ class Answer:
     send_lag_s: float = 0.0
     token_times_s: list[float] = field(default_factory=list)
     path: str = ""  # from the `splitserve` field where the server sends one
+    sent: bool = False
+    done: bool = False  # its answer ended (or failed)
 
     @property
     def ttft_s(self) -> float | None:
@@ -68,8 +70,11 @@ async def replay(
     vocab: int = 1000,
     headers: dict[str, str] | None = None,
     timeout_s: float = 600.0,
+    progress: str | None = None,
 ) -> list[Answer]:
-    """Send ``requests`` at their times to ``url``; one :class:`Answer` each, in order."""
+    """Send ``requests`` at their times to ``url``; one :class:`Answer` each, in order.
+    With ``progress`` (a label), a line on stderr every few seconds: sent, answered,
+    failed and in flight."""
     import httpx
 
     rng = random.Random(seed)
@@ -84,6 +89,7 @@ async def replay(
             due = started + request.at_s
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
             answer.send_lag_s = time.perf_counter() - due
+            answer.sent = True
             body = {
                 "model": model,
                 "prompt": prompts[index],
@@ -98,9 +104,40 @@ async def replay(
                 await _stream(client, url, body, due, answer)
             except httpx.HTTPError as exc:
                 answer.error = f"{type(exc).__name__}: {exc}"[:200]
+            finally:
+                answer.done = True
 
-        await asyncio.gather(*(send(i) for i in range(len(requests))))
+        reporter = asyncio.create_task(_report(progress, answers)) if progress else None
+        try:
+            await asyncio.gather(*(send(i) for i in range(len(requests))))
+        finally:
+            if reporter is not None:
+                reporter.cancel()
+                _progress_line(progress or "", answers, final=True)
     return answers
+
+
+def _progress_line(label: str, answers: Sequence[Answer], final: bool = False) -> None:
+    import sys
+
+    sent = sum(a.sent for a in answers)
+    done = sum(a.done for a in answers)
+    answered = sum(a.answered for a in answers if a.done)
+    failed = done - answered
+    end = "\n" if final else "\r"
+    print(
+        f"{label}: sent {sent}/{len(answers)}, answered {answered}, failed {failed}, "
+        f"in flight {sent - done}   ",
+        end=end,
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+async def _report(label: str, answers: Sequence[Answer], every_s: float = 2.0) -> None:
+    while True:
+        await asyncio.sleep(every_s)
+        _progress_line(label, answers)
 
 
 async def _stream(client: Any, url: str, body: dict[str, Any], due: float, answer: Answer) -> None:

@@ -25,6 +25,7 @@ def vllm_server(
     cores: str = "0",
     extra_args: list[str] | None = None,
     bind_engine: bool = True,
+    max_model_len: int = MAX_MODEL_LEN,
 ) -> Iterator[str]:
     """vLLM's OpenAI server on the builtin model, engine bound to ``cores``; ``extra_args``
     are more of its flags.
@@ -48,7 +49,7 @@ def vllm_server(
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", resolve_model("builtin:tiny-llama"), "--served-model-name", "tiny-llama",
-        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(MAX_MODEL_LEN),
+        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(max_model_len),
         "--enforce-eager", "--enable-prefix-caching", *(extra_args or []),
     ]  # fmt: skip
     process = subprocess.Popen(

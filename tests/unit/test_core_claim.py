@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
 
 from app.engine import core_claim
@@ -54,7 +55,7 @@ def test_each_replica_claims_its_own_set_and_a_dead_replicas_set_is_free_again(t
 
 def test_a_binding_without_alternatives_is_kept_and_a_claim_is_stable(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr(core_claim.tempfile, "tempdir", None)
+    monkeypatch.setattr(tempfile, "tempdir", None)
     monkeypatch.setattr(core_claim, "_CLAIMED", {})
     assert core_claim.claim(None) is None
     assert core_claim.claim("0-3") == "0-3"

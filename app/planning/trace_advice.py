@@ -1,0 +1,122 @@
+"""``splitserve advise --trace``: which layout serves a trace best under each SLO profile,
+predicted by the simulator from the engines' measured costs.
+
+For every layout the window of the trace is simulated at a ladder of rate scales (each
+x ``step`` the last, from ``lowest`` up until no profile holds); each profile's measure
+(attainment or fluidity-index, :mod:`app.replay.profiles`) is read off every simulated
+run as the replay client reads it off a real one, and the layout's goodput under the
+profile is the highest rate scale at which it holds. The advised winner of a profile is
+the layout of highest goodput.
+
+The layouts are those a two-engine host can run: one colocated engine, two colocated
+engines, one prefill and one decode engine with every prompt remote, and the same with
+prompts under ``local_prefill_below_tokens`` prefilled on decode (splitserve's default).
+
+What the model cannot see (each said in the advice's ``blind_to``): the serving path's
+CPU beside the engines, decode steps that grow with context (the profile's decode curve
+is measured at one context), the prefix cache, preemption, and the KV transfer's time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.planning.engine_profile import EngineProfile
+from app.planning.sim_core import SimRequest
+from app.planning.simulator import Topology, simulate_states
+from app.replay.profiles import SloProfile, goodput_scale
+from app.replay.trace import TraceRequest
+
+BLIND_TO = (
+    "the serving path's CPU (on a host without spare cores it takes the engines' time)",
+    "decode steps that lengthen with the context (the decode curve is at one context)",
+    "the prefix cache (every replayed prompt is new) and preemption",
+    "the KV transfer's time (free in the model; a shared-memory copy on one host)",
+)
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    topology: Topology
+
+
+def layouts(
+    local_prefill_below_tokens: int, max_batch_tokens: int = 2048, max_num_seqs: int = 64
+) -> list[Layout]:
+    """The layouts a host of two engines can run, named as the trace benchmark names
+    the systems that run them."""
+    shared = {"max_batch_tokens": max_batch_tokens, "max_num_seqs": max_num_seqs}
+    return [
+        Layout("colocated", Topology(0, 1, **shared)),  # type: ignore[arg-type]
+        Layout("colocated_two", Topology(0, 2, **shared)),  # type: ignore[arg-type]
+        Layout("remote", Topology(1, 1, **shared)),  # type: ignore[arg-type]
+        Layout(
+            "default",
+            Topology(1, 1, local_prefill_below_tokens=local_prefill_below_tokens, **shared),  # type: ignore[arg-type]
+        ),
+    ]
+
+
+def simulated_streams(
+    requests: Sequence[TraceRequest], rate_scale: float, profile: EngineProfile, layout: Layout
+) -> list[tuple[list[float], int]]:
+    """Each request's token times (seconds from its arrival, the serving path's fixed
+    overhead added as the simulator adds it to TTFT) and its token count, with the
+    window's arrivals sped up ``rate_scale`` times (``requests`` at scale 1)."""
+    sim = [SimRequest(r.at_s / rate_scale, r.prompt_tokens, r.output_tokens) for r in requests]
+    states = simulate_states(sim, profile, layout.topology)
+    streams = []
+    for state in states:
+        overhead = profile.overhead_s + (profile.disaggregated_overhead_s if state.remote else 0.0)
+        start = state.request.arrival - overhead
+        streams.append(([t - start for t in state.token_times], state.request.output_tokens))
+    return streams
+
+
+def ladder(lowest: float, step: float, highest: float) -> list[float]:
+    rates, rate = [], lowest
+    while rate <= highest * (1 + 1e-9):
+        rates.append(round(rate, 4))
+        rate *= step
+    return rates
+
+
+def advise_trace(
+    requests: Sequence[TraceRequest],
+    profile: EngineProfile,
+    slo_profiles: Sequence[SloProfile],
+    candidates: Sequence[Layout],
+    lowest: float = 0.05,
+    step: float = 1.15,
+    highest: float = 20.0,
+) -> dict[str, Any]:
+    """Each layout's simulated goodput (rate scale) under each profile, the measure at
+    each rate, and each profile's advised winner."""
+    found: dict[str, Any] = {"layouts": {}, "advised_winner": {}, "blind_to": list(BLIND_TO)}
+    for layout in candidates:
+        curves: dict[str, list[dict[str, float]]] = {p.name: [] for p in slo_profiles}
+        for rate in ladder(lowest, step, highest):
+            streams = simulated_streams(requests, rate, profile, layout)
+            holding = 0
+            for p in slo_profiles:
+                measures = p.measures(streams)
+                margin = p.margin(measures)
+                curves[p.name].append({"rate_scale": rate, **measures, "margin": margin})
+                holding += margin >= 0
+            if not holding:
+                break
+        found["layouts"][layout.name] = {
+            "topology": layout.topology.name,
+            "goodput_scale": {
+                name: goodput_scale([(c["rate_scale"], c["margin"]) for c in curve])
+                for name, curve in curves.items()
+            },
+            "curves": curves,
+        }
+    for p in slo_profiles:
+        by_layout = {name: row["goodput_scale"][p.name] for name, row in found["layouts"].items()}
+        found["advised_winner"][p.name] = max(by_layout, key=lambda n: by_layout[n])
+    return found

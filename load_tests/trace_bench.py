@@ -1,0 +1,404 @@
+"""Where splitting pays, on real traffic and equal hardware: one window of a trace replayed
+open loop against five systems in turn, the same two engine cores for each that runs two
+engines, each system's goodput under three SLO profiles, and the advisor's prediction
+beside the measured winner.
+
+    scripts/loopback-netns .venv/bin/python -m load_tests.trace_bench \
+        [--trace FILE] [--out FILE] [--quick] [--systems vllm colocated ...]
+
+(``make bench-trace TRACE=FILE OUT=FILE [QUICK=1]``.) Steps:
+
+1. **Profile the engine** on this machine (``splitserve profile``, core 0, prompts up to
+   8,192 tokens) and scale the SLO profiles (:mod:`app.replay.profiles`) by its speed:
+   its 1,024-token prefill time over the reference engine's. The factor is stated.
+2. **Advise**: the simulator's goodput for each layout under each profile
+   (:mod:`app.planning.trace_advice`), and from it the ladder of rate scales to measure
+   (from 0.6x the lowest predicted goodput to 1.4x the highest; ``--rate-scales`` sets it).
+3. **Measure**, one system at a time: start it, one unmeasured warm pass, then the
+   ladder, lowest rate first, ``--repeats`` times; each pass sends prompts of its own
+   (none shares a cached prefix) and a system stops climbing once no profile holds.
+   Systems: vLLM's own server (one engine on core 0, the reference); splitserve colocated
+   with two engines (one per core); colocated with one engine (core 0); one prefill and
+   one decode engine with every prompt remote; and the default app (prompts under its
+   ``local_prefill_below_tokens`` prefilled on decode). Every system gets the same
+   ``--max-model-len`` (16,384: the trace at its true lengths).
+4. **Report**: each system's goodput per profile (median of the repeats, with min and
+   max), the measured winner beside the advised one, and the sent / answered / failed
+   counts of every pass (sent = answered + failed); JSON, a table, and PNG plots
+   (:mod:`load_tests.trace_plots`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from app.config import AppConfig, serve_file_args
+from app.planning.engine_profile import EngineProfile
+from app.planning.trace_advice import advise_trace, layouts
+from app.replay.client import Answer, replay
+from app.replay.profiles import SloProfile, goodput_scale, scaled_profiles, speed_factor
+from app.replay.trace import BUILTIN, TraceRequest, Window, read_trace, windowed
+from load_tests.compare import splitserve
+from load_tests.run_conditions import machine
+from tests.harness.vllm_server import vllm_server
+
+PROFILE_LENGTHS = (16, 64, 128, 256, 512, 1024, 1536, 2048, 4096, 8192)
+
+
+def systems(max_model_len: int) -> dict[str, tuple[str, Callable[[], AbstractContextManager[str]]]]:
+    """Each system: the layout the advisor models it as, and how it is started."""
+    model = {"model": {"max_model_len": max_model_len}}
+    remote = {**model, "router": {"local_prefill_below_tokens": 0}}
+    return {
+        "vllm": ("colocated", lambda: vllm_server(max_model_len=max_model_len)),
+        "colocated_two": (
+            "colocated_two",
+            lambda: splitserve("serve_configs/colocated_two.yaml", model),
+        ),
+        "colocated": ("colocated", lambda: splitserve("serve_configs/colocated.yaml", model)),
+        "remote": ("remote", lambda: splitserve("serve_configs/default.yaml", remote)),
+        "default": ("default", lambda: splitserve("serve_configs/default.yaml", model)),
+    }
+
+
+def profile_engine(path: Path, repeats: int) -> EngineProfile:
+    """``splitserve profile`` of the colocated config's engine (core 0), in a process of
+    its own, written to ``path``."""
+    command = [
+        sys.executable, "-m", "app.cli", "profile", "--config", "serve_configs/colocated.yaml",
+        "--out", str(path), "--repeats", str(repeats),
+        "--prompt-lengths", *map(str, PROFILE_LENGTHS),
+    ]  # fmt: skip
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    return EngineProfile.load(path)
+
+
+def token_gaps(times: list[float]) -> list[float]:
+    """Gaps between the distinct times tokens arrived (one SSE event may carry several)."""
+    distinct = sorted(set(times))
+    return [b - a for a, b in itertools.pairwise(distinct)]
+
+
+def _ms(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "p99": None}
+    ordered = sorted(values)
+
+    def pick(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
+
+    return {"p50": pick(0.5), "p95": pick(0.95), "p99": pick(0.99)}
+
+
+def _thinned(values: list[float], most: int = 2000) -> list[float]:
+    ordered = sorted(values)
+    step = max(1, len(ordered) // most)
+    return [round(v * 1000, 2) for v in ordered[::step]]
+
+
+def one_pass(
+    url: str, requests: list[TraceRequest], seed: int, profiles: list[SloProfile], label: str
+) -> dict[str, Any]:
+    """Replay ``requests`` once; the pass's counts, latencies and each profile's measures."""
+    answers: list[Answer] = asyncio.run(replay(url, "tiny-llama", requests, seed, progress=label))
+    streams = [(a.token_times_s if a.answered else [], a.output_tokens) for a in answers]
+    answered = [a for a in answers if a.answered]
+    gaps = [g for a in answered for g in token_gaps(a.token_times_s)]
+    ttfts = [a.ttft_s for a in answered if a.ttft_s is not None]
+    measures = {}
+    for profile in profiles:
+        found = profile.measures(streams)
+        measures[profile.name] = {**found, "margin": round(profile.margin(found), 4)}
+    return {
+        "prompt_seed": seed,
+        "sent": sum(a.sent for a in answers),
+        "answered": len(answered),
+        "failed": len(answers) - len(answered),
+        "statuses": dict(
+            Counter(
+                "error event" if a.status == 200 and a.error else str(a.status or "no answer")
+                for a in answers
+                if not a.answered
+            )
+        ),
+        "paths": dict(Counter(a.path or "unknown" for a in answered)),
+        "ttft_ms": _ms(ttfts),
+        "tpot_ms": _ms([t for a in answered if (t := a.tpot_s) is not None]),
+        "token_gap_ms": _ms(gaps),
+        "send_lag_ms": _ms([a.send_lag_s for a in answers]),
+        "profiles": measures,
+        "ttft_samples_ms": _thinned(ttfts),
+        "gap_samples_ms": _thinned(gaps),
+    }
+
+
+def run_system(
+    name: str,
+    start: Callable[[], AbstractContextManager[str]],
+    window: Callable[[float, float | None], list[TraceRequest]],
+    rates: list[float],
+    profiles: list[SloProfile],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    row: dict[str, Any] = {"passes": []}
+    with start() as url:
+        row["startup_s"] = round(time.perf_counter() - started, 1)
+        warm = one_pass(
+            url, window(rates[0], args.warm_duration_s), 99_999, profiles, f"{name} warm"
+        )
+        row["warm_pass"] = {k: warm[k] for k in ("sent", "answered", "failed", "ttft_ms")}
+        for repeat in range(args.repeats):
+            for index, rate in enumerate(rates):
+                seed = args.seed + repeat * 100 + index
+                result = one_pass(url, window(rate, None), seed, profiles, f"{name} x{rate:g}")
+                result.update(rate_scale=rate, repeat=repeat)
+                row["passes"].append(result)
+                margins = {p: m["margin"] for p, m in result["profiles"].items()}
+                print(f"{name} x{rate:g} round {repeat + 1}: {brief(result)}", flush=True)
+                if all(m < 0 for m in margins.values()):
+                    break  # no profile holds: higher rates would not either
+    row["goodput_scale"] = goodput_by_profile(row["passes"], profiles, args.repeats)
+    return row
+
+
+def goodput_by_profile(
+    passes: list[dict[str, Any]], profiles: list[SloProfile], repeats: int
+) -> dict[str, dict[str, Any]]:
+    """Each profile's goodput (rate scale) in every repeat, and their median and spread."""
+    found = {}
+    for profile in profiles:
+        each = []
+        for repeat in range(repeats):
+            points = [
+                (p["rate_scale"], p["profiles"][profile.name]["margin"])
+                for p in passes
+                if p["repeat"] == repeat
+            ]
+            each.append(goodput_scale(points))
+        found[profile.name] = {
+            "median": round(statistics.median(each), 4),
+            "min": min(each),
+            "max": max(each),
+            "repeats": each,
+        }
+    return found
+
+
+def brief(result: dict[str, Any]) -> str:
+    measures = "; ".join(
+        f"{name} {', '.join(f'{k} {v}' for k, v in m.items() if k != 'margin')}"
+        for name, m in result["profiles"].items()
+    )
+    return (
+        f"sent {result['sent']}, answered {result['answered']}, failed {result['failed']} "
+        f"{result['statuses'] or ''}; TTFT p50/p99 {result['ttft_ms']['p50']}/"
+        f"{result['ttft_ms']['p99']} ms, token gap p99 {result['token_gap_ms']['p99']} ms; "
+        f"{measures}"
+    )
+
+
+def verdicts(
+    rows: dict[str, dict[str, Any]],
+    layout_of: dict[str, str],
+    advice: dict[str, Any],
+    profiles: list[SloProfile],
+) -> dict[str, Any]:
+    """Each profile: every system's goodput, the measured winner (its layout) and the
+    advised one, and whether they agree (as layouts: vLLM's server is a colocated engine)."""
+    found = {}
+    for profile in profiles:
+        goodput = {name: row["goodput_scale"][profile.name] for name, row in rows.items()}
+        winner = max(goodput, key=lambda n: goodput[n]["median"])
+        advised = advice["advised_winner"][profile.name]
+        found[profile.name] = {
+            "profile": profile.stated(),
+            "goodput_scale": goodput,
+            "measured_winner": winner,
+            "measured_winner_layout": layout_of[winner],
+            "advised_winner": advised,
+            "agrees": layout_of[winner] == advised,
+            "advised_goodput_scale": {
+                name: row["goodput_scale"][profile.name] for name, row in advice["layouts"].items()
+            },
+        }
+    return found
+
+
+def failed_below_goodput(rows: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Failed requests of each system in the passes below its lowest goodput."""
+    found = {}
+    for name, row in rows.items():
+        floor = min(g["min"] for g in row["goodput_scale"].values())
+        found[name] = sum(p["failed"] for p in row["passes"] if p["rate_scale"] < floor)
+    return found
+
+
+def print_table(result: dict[str, Any]) -> None:
+    conditions = result["conditions"]
+    print(
+        f"\n{conditions['machine']['cpu']}, {conditions['machine']['cpus']} cores; speed "
+        f"factor {conditions['speed_factor']}; window {conditions['window']}"
+    )
+    print("| profile | system | goodput (rate scale) median [min, max] | advised (sim) |")
+    print("|---|---|---|---:|")
+    for name, verdict in result["profiles"].items():
+        for system, g in verdict["goodput_scale"].items():
+            layout = result["systems"][system]["layout"]
+            print(
+                f"| {name} | {system} | {g['median']} [{g['min']}, {g['max']}] "
+                f"| {verdict['advised_goodput_scale'][layout]} |"
+            )
+        print(
+            f"| {name} | **measured winner** {verdict['measured_winner']} "
+            f"| **advised** {verdict['advised_winner']} | agrees: {verdict['agrees']} |"
+        )
+
+
+@contextmanager
+def _announced(name: str) -> Iterator[None]:
+    print(f"--- {name}", flush=True)
+    yield
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trace", default=str(BUILTIN))
+    parser.add_argument("--out", default="load_tests/results/trace_bench.json")
+    parser.add_argument("--quick", action="store_true", help="short window, 3 rates, 1 repeat")
+    parser.add_argument("--systems", nargs="*", help="default: all five")
+    parser.add_argument("--start-s", type=float, default=600.0)
+    parser.add_argument("--duration-s", type=float, help="trace seconds (60; quick 20)")
+    parser.add_argument("--warm-duration-s", type=float, default=10.0)
+    parser.add_argument("--rate-scales", type=float, nargs="+", help="default: from the advice")
+    parser.add_argument("--rates", type=int, help="ladder points (5; quick 3)")
+    parser.add_argument("--repeats", type=int, help="rounds of the ladder (3; quick 1)")
+    parser.add_argument("--length-scale", type=float, default=1.0)
+    parser.add_argument("--output-scale", type=float, default=1.0)
+    parser.add_argument("--max-model-len", type=int, default=16384)
+    parser.add_argument("--engine-profile", help="a `splitserve profile` JSON to use instead")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    args.duration_s = args.duration_s or (20.0 if args.quick else 60.0)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    points = args.rates or (3 if args.quick else 5)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    started = time.perf_counter()
+    with _announced("engine profile"):
+        if args.engine_profile:
+            profile = EngineProfile.load(args.engine_profile)
+        else:
+            profile = profile_engine(out.with_suffix(".engine.json"), 1 if args.quick else 3)
+    prefill_1k_s = profile.prefill_s(1024)
+    factor = round(speed_factor(prefill_1k_s), 3)
+    profiles = scaled_profiles(factor)
+    rows_all = read_trace(args.trace)
+
+    def window(rate: float, duration_s: float | None) -> list[TraceRequest]:
+        return windowed(
+            rows_all,
+            Window(
+                args.start_s,
+                duration_s or args.duration_s,
+                rate,
+                args.length_scale,
+                args.output_scale,
+                args.max_model_len - 1024,
+            ),
+        )
+
+    if not window(1.0, None):
+        raise SystemExit(f"no request of {args.trace} in the window from {args.start_s} s")
+    default_app = AppConfig.model_validate(serve_file_args("serve_configs/default.yaml"))
+    local_below = default_app.router.local_prefill_below_tokens
+    with _announced("advice (simulated)"):
+        advice = advise_trace(window(1.0, None), profile, profiles, layouts(local_below))
+    print(json.dumps(advice["advised_winner"]), flush=True)
+    rates = sorted(args.rate_scales or advised_ladder(advice, points))
+    chosen = systems(args.max_model_len)
+    names = args.systems or list(chosen)
+    rows: dict[str, dict[str, Any]] = {}
+    for name in names:
+        layout, start = chosen[name]
+        with _announced(name):
+            rows[name] = {
+                "layout": layout,
+                **run_system(name, start, window, rates, profiles, args),
+            }
+    result = {
+        "conditions": {
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": machine(),
+            "trace": str(args.trace),
+            "window": Window(
+                args.start_s,
+                args.duration_s,
+                1.0,
+                args.length_scale,
+                args.output_scale,
+                args.max_model_len - 1024,
+            ).stated(),
+            "requests_in_window": len(window(1.0, None)),
+            "prompts_capped": sum(
+                r[1] > args.max_model_len - 1024
+                for r in rows_all
+                if args.start_s <= r[0] < args.start_s + args.duration_s
+            ),
+            "max_model_len": args.max_model_len,
+            "rate_scales": rates,
+            "repeats": args.repeats,
+            "quick": args.quick,
+            "warm_duration_s": args.warm_duration_s,
+            "prefill_1k_s": round(prefill_1k_s, 4),
+            "speed_factor": factor,
+            "profiles": [p.stated() for p in profiles],
+            "engine_profile": {"prefill": profile.prefill, "decode": profile.decode},
+            "wall_s": None,
+        },
+        "advice": advice,
+        "systems": rows,
+        "profiles": verdicts(rows, {n: chosen[n][0] for n in rows}, advice, profiles),
+        "failed_below_goodput": failed_below_goodput(rows),
+    }
+    result["conditions"]["wall_s"] = round(time.perf_counter() - started, 1)
+    out.write_text(json.dumps(result, indent=2))
+    print_table(result)
+    from load_tests.trace_plots import draw
+
+    for path in draw(result, out.parent / f"{out.stem}_plots"):
+        print(f"plot: {path}")
+    print(f"written: {out}")
+
+
+def advised_ladder(advice: dict[str, Any], points: int) -> list[float]:
+    """``points`` rate scales, evenly spaced on a log scale from 0.6x the lowest predicted
+    goodput to 1.4x the highest."""
+    predicted = [
+        g for row in advice["layouts"].values() for g in row["goodput_scale"].values() if g > 0
+    ]
+    if not predicted:
+        return [0.1 * 2**i for i in range(points)]
+    low, high = 0.6 * min(predicted), 1.4 * max(predicted)
+    if points == 1:
+        return [round(low, 3)]
+    ratio = (high / low) ** (1 / (points - 1))
+    return [round(low * ratio**i, 3) for i in range(points)]
+
+
+if __name__ == "__main__":
+    main()
