@@ -5,6 +5,7 @@
         --model path/to/config.json --accelerators 32 --network-gbps 400 --network rdma
     splitserve advise --result load_tests/results/loadgen.json --accelerators 2 ...
     splitserve advise --result load_tests/results/compare.json   # which layout won, and why
+    splitserve advise --trace trace.csv --engine-profile profile.json   # winner per SLO profile
     splitserve profile --config serve_configs/default.yaml --out profile.json
     splitserve plan --profile profile.json --accelerators 2 --slo-ttft-ms 200 --slo-tpot-ms 20
     splitserve replay --url http://127.0.0.1:8100 --start-s 600 --duration-s 120 \
@@ -139,6 +140,24 @@ def cmd_kv(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_advise(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    if args.trace:
+        from app.planning import trace_advice
+        from app.replay.trace import Window
+
+        if not args.engine_profile:
+            raise ValueError("--trace needs --engine-profile (what `splitserve profile` wrote)")
+        window = Window(
+            args.start_s,
+            args.duration_s,
+            1.0,
+            args.length_scale,
+            args.output_scale,
+            args.max_prompt_tokens,
+        )
+        advice = trace_advice.advise_from_files(
+            args.trace, args.engine_profile, window, args.local_prefill_below_tokens
+        )
+        return advice, trace_advice.table(advice)
     if args.result:
         from app.planning import measured
 
@@ -239,6 +258,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="a measured result instead of figures: what `make bench-compare` writes "
         "(load_tests.compare: which layout won at the SLO, and why) or a load_tests.loadgen "
         "result (its workload, through the five checks)",
+    )
+    adv.add_argument(
+        "--trace",
+        help="a trace (Azure's format): which layout of two engines serves its window best "
+        "under each SLO profile, simulated with --engine-profile's costs",
+    )
+    adv.add_argument("--engine-profile", help="with --trace: what `splitserve profile` wrote")
+    adv.add_argument("--start-s", type=float, default=600.0, help="with --trace: window start")
+    adv.add_argument(
+        "--duration-s",
+        type=float,
+        default=60.0,
+        help="with --trace: seconds each simulated pass lasts (at rate scale r, r times as "
+        "much of the trace)",
+    )
+    adv.add_argument("--length-scale", type=float, default=1.0, help="with --trace")
+    adv.add_argument("--output-scale", type=float, help="with --trace")
+    adv.add_argument("--max-prompt-tokens", type=int, default=15360, help="with --trace")
+    adv.add_argument(
+        "--local-prefill-below-tokens",
+        type=int,
+        default=512,
+        help="with --trace: the default layout's bound (serve_configs/default.yaml's)",
     )
     adv.add_argument("--prompt-tokens", type=float)
     adv.add_argument("--output-tokens", type=float)

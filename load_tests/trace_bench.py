@@ -157,9 +157,7 @@ def run_system(
     row: dict[str, Any] = {"passes": []}
     with start() as url:
         row["startup_s"] = round(time.perf_counter() - started, 1)
-        warm = one_pass(
-            url, window(rates[0], args.warm_duration_s), 99_999, profiles, f"{name} warm"
-        )
+        warm = one_pass(url, window(rates[0], args.warm_s), 99_999, profiles, f"{name} warm")
         row["warm_pass"] = {k: warm[k] for k in ("sent", "answered", "failed", "ttft_ms")}
         for repeat in range(args.repeats):
             for index, rate in enumerate(rates):
@@ -251,7 +249,8 @@ def print_table(result: dict[str, Any]) -> None:
     conditions = result["conditions"]
     print(
         f"\n{conditions['machine']['cpu']}, {conditions['machine']['cpus']} cores; speed "
-        f"factor {conditions['speed_factor']}; window {conditions['window']}"
+        f"factor {conditions['speed_factor']}; passes of {conditions['pass_s']} s, "
+        f"{conditions['window_at_rate_1']}"
     )
     print("| profile | system | goodput (rate scale) median [min, max] | advised (sim) |")
     print("|---|---|---|---:|")
@@ -281,8 +280,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short window, 3 rates, 1 repeat")
     parser.add_argument("--systems", nargs="*", help="default: all five")
     parser.add_argument("--start-s", type=float, default=600.0)
-    parser.add_argument("--duration-s", type=float, help="trace seconds (60; quick 20)")
-    parser.add_argument("--warm-duration-s", type=float, default=10.0)
+    parser.add_argument(
+        "--pass-s",
+        type=float,
+        help="seconds each pass sends for, at every rate (60; quick 20): at rate scale r "
+        "a pass replays r times as many seconds of the trace from --start-s",
+    )
+    parser.add_argument("--warm-s", type=float, default=10.0, help="the warm pass's seconds")
     parser.add_argument("--rate-scales", type=float, nargs="+", help="default: from the advice")
     parser.add_argument("--rates", type=int, help="ladder points (5; quick 3)")
     parser.add_argument("--repeats", type=int, help="rounds of the ladder (3; quick 1)")
@@ -292,7 +296,7 @@ def main() -> None:
     parser.add_argument("--engine-profile", help="a `splitserve profile` JSON to use instead")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    args.duration_s = args.duration_s or (20.0 if args.quick else 60.0)
+    args.pass_s = args.pass_s or (20.0 if args.quick else 60.0)
     args.repeats = args.repeats or (1 if args.quick else 3)
     points = args.rates or (3 if args.quick else 5)
     out = Path(args.out)
@@ -309,25 +313,30 @@ def main() -> None:
     profiles = scaled_profiles(factor)
     rows_all = read_trace(args.trace)
 
-    def window(rate: float, duration_s: float | None) -> list[TraceRequest]:
-        return windowed(
-            rows_all,
-            Window(
-                args.start_s,
-                duration_s or args.duration_s,
-                rate,
-                args.length_scale,
-                args.output_scale,
-                args.max_model_len - 1024,
-            ),
+    def window(rate: float, pass_s: float | None) -> list[TraceRequest]:
+        """A pass at ``rate`` lasting ``pass_s`` (default ``--pass-s``): ``rate`` times as
+        many seconds of the trace from ``--start-s``, so that every pass loads the system
+        for as long, and a rate it cannot sustain shows as a growing queue."""
+        return windowed(rows_all, pass_window(rate, pass_s or args.pass_s))
+
+    def pass_window(rate: float, pass_s: float) -> Window:
+        return Window(
+            args.start_s,
+            pass_s * rate,
+            rate,
+            args.length_scale,
+            args.output_scale,
+            args.max_model_len - 1024,
         )
 
     if not window(1.0, None):
-        raise SystemExit(f"no request of {args.trace} in the window from {args.start_s} s")
+        raise SystemExit(f"no request of {args.trace} arrives from {args.start_s} s")
     default_app = AppConfig.model_validate(serve_file_args("serve_configs/default.yaml"))
     local_below = default_app.router.local_prefill_below_tokens
     with _announced("advice (simulated)"):
-        advice = advise_trace(window(1.0, None), profile, profiles, layouts(local_below))
+        advice = advise_trace(
+            lambda rate: window(rate, None), profile, profiles, layouts(local_below)
+        )
     print(json.dumps(advice["advised_winner"]), flush=True)
     rates = sorted(args.rate_scales or advised_ladder(advice, points))
     chosen = systems(args.max_model_len)
@@ -345,25 +354,19 @@ def main() -> None:
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": machine(),
             "trace": str(args.trace),
-            "window": Window(
-                args.start_s,
-                args.duration_s,
-                1.0,
-                args.length_scale,
-                args.output_scale,
-                args.max_model_len - 1024,
-            ).stated(),
-            "requests_in_window": len(window(1.0, None)),
-            "prompts_capped": sum(
+            "window_at_rate_1": pass_window(1.0, args.pass_s).stated(),
+            "pass_s": args.pass_s,
+            "passes": "at rate scale r, r x pass_s seconds of the trace from start_s",
+            "prompts_capped_at_top_rate": sum(
                 r[1] > args.max_model_len - 1024
                 for r in rows_all
-                if args.start_s <= r[0] < args.start_s + args.duration_s
+                if args.start_s <= r[0] < args.start_s + args.pass_s * max(rates)
             ),
             "max_model_len": args.max_model_len,
             "rate_scales": rates,
             "repeats": args.repeats,
             "quick": args.quick,
-            "warm_duration_s": args.warm_duration_s,
+            "warm_s": args.warm_s,
             "prefill_1k_s": round(prefill_1k_s, 4),
             "speed_factor": factor,
             "profiles": [p.stated() for p in profiles],

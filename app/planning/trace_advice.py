@@ -1,12 +1,14 @@
 """``splitserve advise --trace``: which layout serves a trace best under each SLO profile,
 predicted by the simulator from the engines' measured costs.
 
-For every layout the window of the trace is simulated at a ladder of rate scales (each
-x ``step`` the last, from ``lowest`` up until no profile holds); each profile's measure
-(attainment or fluidity-index, :mod:`app.replay.profiles`) is read off every simulated
-run as the replay client reads it off a real one, and the layout's goodput under the
-profile is the highest rate scale at which it holds. The advised winner of a profile is
-the layout of highest goodput.
+For every layout a pass of the trace is simulated at a ladder of rate scales (each
+x ``step`` the last, from ``lowest`` up until no profile holds); a pass lasts the same
+time at every rate (at rate scale r it replays r times as much of the trace), so that
+a rate the layout cannot sustain shows as a growing queue, not hidden by a short window.
+Each profile's measure (attainment or fluidity-index, :mod:`app.replay.profiles`) is
+read off every simulated run as the replay client reads it off a real one, and the
+layout's goodput under the profile is the highest rate scale at which it holds. The
+advised winner of a profile is the layout of highest goodput.
 
 The layouts are those a two-engine host can run: one colocated engine, two colocated
 engines, one prefill and one decode engine with every prompt remote, and the same with
@@ -19,7 +21,7 @@ is measured at one context), the prefix cache, preemption, and the KV transfer's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,12 +63,11 @@ def layouts(
 
 
 def simulated_streams(
-    requests: Sequence[TraceRequest], rate_scale: float, profile: EngineProfile, layout: Layout
+    requests: Sequence[TraceRequest], profile: EngineProfile, layout: Layout
 ) -> list[tuple[list[float], int]]:
     """Each request's token times (seconds from its arrival, the serving path's fixed
-    overhead added as the simulator adds it to TTFT) and its token count, with the
-    window's arrivals sped up ``rate_scale`` times (``requests`` at scale 1)."""
-    sim = [SimRequest(r.at_s / rate_scale, r.prompt_tokens, r.output_tokens) for r in requests]
+    overhead added as the simulator adds it to TTFT) and its token count."""
+    sim = [SimRequest(r.at_s, r.prompt_tokens, r.output_tokens) for r in requests]
     states = simulate_states(sim, profile, layout.topology)
     streams = []
     for state in states:
@@ -85,7 +86,7 @@ def ladder(lowest: float, step: float, highest: float) -> list[float]:
 
 
 def advise_trace(
-    requests: Sequence[TraceRequest],
+    requests_at: Callable[[float], Sequence[TraceRequest]],
     profile: EngineProfile,
     slo_profiles: Sequence[SloProfile],
     candidates: Sequence[Layout],
@@ -94,12 +95,13 @@ def advise_trace(
     highest: float = 20.0,
 ) -> dict[str, Any]:
     """Each layout's simulated goodput (rate scale) under each profile, the measure at
-    each rate, and each profile's advised winner."""
+    each rate, and each profile's advised winner. ``requests_at(rate)``: the requests a
+    pass at that rate scale sends (arrivals already sped up)."""
     found: dict[str, Any] = {"layouts": {}, "advised_winner": {}, "blind_to": list(BLIND_TO)}
     for layout in candidates:
         curves: dict[str, list[dict[str, float]]] = {p.name: [] for p in slo_profiles}
         for rate in ladder(lowest, step, highest):
-            streams = simulated_streams(requests, rate, profile, layout)
+            streams = simulated_streams(requests_at(rate), profile, layout)
             holding = 0
             for p in slo_profiles:
                 measures = p.measures(streams)
@@ -120,3 +122,55 @@ def advise_trace(
         by_layout = {name: row["goodput_scale"][p.name] for name, row in found["layouts"].items()}
         found["advised_winner"][p.name] = max(by_layout, key=lambda n: by_layout[n])
     return found
+
+
+def table(advice: dict[str, Any]) -> str:
+    """The advice as a table: each layout's simulated goodput under each profile."""
+    names = list(advice["advised_winner"])
+    lines = [
+        f"speed factor {advice.get('speed_factor', '?')} (the profiles' bounds are x this)",
+        "| layout | " + " | ".join(f"{n} goodput (rate scale)" for n in names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
+    for layout, row in advice["layouts"].items():
+        cells = " | ".join(str(row["goodput_scale"][n]) for n in names)
+        lines.append(f"| {layout} ({row['topology']}) | {cells} |")
+    winners = ", ".join(f"{n}: {w}" for n, w in advice["advised_winner"].items())
+    lines.append(f"advised winner: {winners}")
+    lines.append("blind to: " + "; ".join(advice["blind_to"]))
+    return "\n".join(lines)
+
+
+def advise_from_files(
+    trace: str,
+    engine_profile: str,
+    window: Any,
+    local_prefill_below_tokens: int,
+) -> dict[str, Any]:
+    """``splitserve advise --trace``: passes of ``window.duration_s`` seconds each (at
+    rate scale r, r times as much of the trace from ``window.start_s``), the profile's
+    engine, the SLO profiles scaled by its speed; the advice with its conditions."""
+    from dataclasses import replace
+
+    from app.replay.profiles import scaled_profiles, speed_factor
+    from app.replay.trace import read_trace, windowed
+
+    profile = EngineProfile.load(engine_profile)
+    rows = read_trace(trace)
+
+    def requests_at(rate: float) -> list[TraceRequest]:
+        return windowed(rows, replace(window, duration_s=window.duration_s * rate, rate_scale=rate))
+
+    if not requests_at(1.0):
+        raise ValueError(f"no request of {trace} arrives in the window {window.stated()}")
+    factor = round(speed_factor(profile.prefill_s(1024)), 3)
+    profiles = scaled_profiles(factor)
+    advice = advise_trace(requests_at, profile, profiles, layouts(local_prefill_below_tokens))
+    return {
+        "trace": trace,
+        "window": window.stated(),
+        "pass_s": window.duration_s,
+        "speed_factor": factor,
+        "profiles": [p.stated() for p in profiles],
+        **advice,
+    }
