@@ -154,10 +154,10 @@ def cmd_advise(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             args.output_scale,
             args.max_prompt_tokens,
         )
-        advice = trace_advice.advise_from_files(
+        by_trace = trace_advice.advise_from_files(
             args.trace, args.engine_profile, window, args.local_prefill_below_tokens
         )
-        return advice, trace_advice.table(advice)
+        return by_trace, trace_advice.table(by_trace)
     if args.result:
         from app.planning import measured
 

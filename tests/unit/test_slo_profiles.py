@@ -35,7 +35,7 @@ def test_profiles_scale_by_the_engines_speed_against_the_reference():
 def test_chat_attainment_counts_both_bounds_and_refused_requests():
     on_time = ([0.5, 0.55, 0.6], 3)  # TTFT 0.5, TPOT 0.05
     slow_tokens = ([0.5, 0.9, 1.3], 3)  # TPOT 0.4
-    refused = ([], 3)
+    refused: tuple[list[float], int] = ([], 3)
     measures = CHAT.measures([on_time, on_time, slow_tokens, refused])
     assert measures == {"attainment": 0.5}
     assert CHAT.margin(measures) == pytest.approx(-0.4)
