@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -296,6 +297,8 @@ def main() -> None:
     parser.add_argument("--engine-profile", help="a `splitserve profile` JSON to use instead")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    # A SIGTERM ends the run as Ctrl-C does: the system under test is stopped on the way.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.pass_s = args.pass_s or (20.0 if args.quick else 60.0)
     args.repeats = args.repeats or (1 if args.quick else 3)
     points = args.rates or (3 if args.quick else 5)
