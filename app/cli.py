@@ -155,7 +155,12 @@ def cmd_advise(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             args.max_prompt_tokens,
         )
         by_trace = trace_advice.advise_from_files(
-            args.trace, args.engine_profile, window, args.local_prefill_below_tokens
+            args.trace,
+            args.engine_profile,
+            window,
+            args.local_prefill_below_tokens,
+            args.frontend,
+            args.cores,
         )
         return by_trace, trace_advice.table(by_trace)
     if args.result:
@@ -282,6 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=512,
         help="with --trace: the default layout's bound (serve_configs/default.yaml's)",
     )
+    adv.add_argument(
+        "--frontend",
+        help="with --trace: the serving path's CPU costs (load_tests.frontend_fit's JSON), "
+        "charged on --cores shared with the engines",
+    )
+    adv.add_argument("--cores", type=int, default=0, help="with --trace and --frontend")
     adv.add_argument("--prompt-tokens", type=float)
     adv.add_argument("--output-tokens", type=float)
     adv.add_argument("--decode-share", type=float, help="share of request time decoding")

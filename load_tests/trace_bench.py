@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -48,6 +49,7 @@ from typing import Any
 
 from app.config import AppConfig, serve_file_args
 from app.planning.engine_profile import EngineProfile
+from app.planning.frontend import FrontEndCost
 from app.planning.trace_advice import advise_trace, layouts
 from app.replay.client import Answer, replay
 from app.replay.profiles import SloProfile, goodput_scale, scaled_profiles, speed_factor
@@ -154,6 +156,8 @@ def run_system(
     profiles: list[SloProfile],
     args: argparse.Namespace,
 ) -> dict[str, Any]:
+    """Start the system, warm it, and climb ``rates`` (lowest first) ``--repeats`` times,
+    each climb stopping at the first rate where no profile holds."""
     started = time.perf_counter()
     row: dict[str, Any] = {"passes": []}
     with start() as url:
@@ -171,6 +175,7 @@ def run_system(
                 if all(m < 0 for m in margins.values()):
                     break  # no profile holds: higher rates would not either
     row["goodput_scale"] = goodput_by_profile(row["passes"], profiles, args.repeats)
+    row["wall_s"] = round(time.perf_counter() - started, 1)
     return row
 
 
@@ -278,7 +283,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", default=str(BUILTIN))
     parser.add_argument("--out", default="load_tests/results/trace_bench.json")
-    parser.add_argument("--quick", action="store_true", help="short window, 3 rates, 1 repeat")
+    parser.add_argument(
+        "--quick", action="store_true", help="passes of 15 s, rates x1.7 apart, 1 repeat"
+    )
     parser.add_argument("--systems", nargs="*", help="default: all five")
     parser.add_argument("--start-s", type=float, default=600.0)
     parser.add_argument(
@@ -289,7 +296,16 @@ def main() -> None:
     )
     parser.add_argument("--warm-s", type=float, default=10.0, help="the warm pass's seconds")
     parser.add_argument("--rate-scales", type=float, nargs="+", help="default: from the advice")
-    parser.add_argument("--rates", type=int, help="ladder points (5; quick 3)")
+    parser.add_argument(
+        "--rate-step", type=float, help="each rate x this the last (1.4; quick 1.7)"
+    )
+    parser.add_argument("--most-rates", type=int, default=10, help="the ladder's longest")
+    parser.add_argument(
+        "--frontend",
+        default="docs/results/frontend_fit_2026-12-03.json",
+        help="the serving path's CPU costs the advisor charges on the engines' cores "
+        "(load_tests.frontend_fit's JSON; 'none': free)",
+    )
     parser.add_argument("--repeats", type=int, help="rounds of the ladder (3; quick 1)")
     parser.add_argument("--length-scale", type=float, default=1.0)
     parser.add_argument("--output-scale", type=float, default=1.0)
@@ -299,9 +315,9 @@ def main() -> None:
     args = parser.parse_args()
     # A SIGTERM ends the run as Ctrl-C does: the system under test is stopped on the way.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    args.pass_s = args.pass_s or (20.0 if args.quick else 60.0)
-    args.repeats = args.repeats or (1 if args.quick else 3)
-    points = args.rates or (3 if args.quick else 5)
+    args.pass_s = args.pass_s or (15.0 if args.quick else 40.0)
+    args.repeats = args.repeats or (1 if args.quick else 2)
+    step = args.rate_step or (1.7 if args.quick else 1.4)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -337,11 +353,16 @@ def main() -> None:
     default_app = AppConfig.model_validate(serve_file_args("serve_configs/default.yaml"))
     local_below = default_app.router.local_prefill_below_tokens
     with _announced("advice (simulated)"):
-        advice = advise_trace(
-            lambda rate: window(rate, None), profile, profiles, layouts(local_below)
+        frontend = None if args.frontend == "none" else FrontEndCost.from_fit(args.frontend)
+        candidates = layouts(
+            local_below,
+            # the replay client runs here too: its CPU is charged with the serving path's
+            frontend=frontend.with_client() if frontend else None,
+            cores=os.cpu_count() or 1,
         )
+        advice = advise_trace(lambda rate: window(rate, None), profile, profiles, candidates)
     print(json.dumps(advice["advised_winner"]), flush=True)
-    rates = sorted(args.rate_scales or advised_ladder(advice, points))
+    rates = sorted(args.rate_scales or advised_ladder(advice, step, args.most_rates))
     chosen = systems(args.max_model_len)
     names = args.systems or list(chosen)
     rows: dict[str, dict[str, Any]] = {}
@@ -371,6 +392,7 @@ def main() -> None:
             "quick": args.quick,
             "warm_s": args.warm_s,
             "prefill_1k_s": round(prefill_1k_s, 4),
+            "advisor_frontend": args.frontend,
             "speed_factor": factor,
             "profiles": [p.stated() for p in profiles],
             "engine_profile": {"prefill": profile.prefill, "decode": profile.decode},
@@ -391,19 +413,18 @@ def main() -> None:
     print(f"written: {out}")
 
 
-def advised_ladder(advice: dict[str, Any], points: int) -> list[float]:
-    """``points`` rate scales, evenly spaced on a log scale from 0.6x the lowest predicted
-    goodput to 1.4x the highest."""
+def advised_ladder(advice: dict[str, Any], step: float, most: int) -> list[float]:
+    """Rate scales from 0.4x the lowest goodput the advisor predicts, each ``step`` times
+    the last, to past 1.5x the highest (at most ``most``): each system climbs them until
+    no profile holds."""
     predicted = [
         g for row in advice["layouts"].values() for g in row["goodput_scale"].values() if g > 0
     ]
-    if not predicted:
-        return [0.1 * 2**i for i in range(points)]
-    low, high = 0.6 * min(predicted), 1.4 * max(predicted)
-    if points == 1:
-        return [round(low, 3)]
-    ratio = (high / low) ** (1 / (points - 1))
-    return [round(low * ratio**i, 3) for i in range(points)]
+    low, high = (0.4 * min(predicted), 1.5 * max(predicted)) if predicted else (0.1, 10.0)
+    rates = [round(low, 3)]
+    while rates[-1] < high and len(rates) < most:
+        rates.append(round(rates[-1] * step, 3))
+    return rates
 
 
 if __name__ == "__main__":

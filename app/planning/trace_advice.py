@@ -26,13 +26,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.planning.engine_profile import EngineProfile
+from app.planning.frontend import FrontEndCost
 from app.planning.sim_core import SimRequest
 from app.planning.simulator import Topology, simulate_states
 from app.replay.profiles import SloProfile, goodput_scale
 from app.replay.trace import TraceRequest
 
 BLIND_TO = (
-    "the serving path's CPU (on a host without spare cores it takes the engines' time)",
+    "the serving path's CPU where no --frontend cost is given (on a host without spare "
+    "cores it takes the engines' time); with one, vLLM's own lighter server is charged "
+    "as splitserve's",
     "decode steps that lengthen with the context (the decode curve is at one context)",
     "the prefix cache (every replayed prompt is new) and preemption",
     "the KV transfer's time (free in the model; a shared-memory copy on one host)",
@@ -46,18 +49,28 @@ class Layout:
 
 
 def layouts(
-    local_prefill_below_tokens: int, max_batch_tokens: int = 2048, max_num_seqs: int = 64
+    local_prefill_below_tokens: int,
+    max_batch_tokens: int = 2048,
+    max_num_seqs: int = 64,
+    frontend: FrontEndCost | None = None,
+    cores: int = 0,
 ) -> list[Layout]:
     """The layouts a host of two engines can run, named as the trace benchmark names
-    the systems that run them."""
-    shared = {"max_batch_tokens": max_batch_tokens, "max_num_seqs": max_num_seqs}
+    the systems that run them. With ``frontend`` and ``cores``, the serving path's CPU
+    shares the host's cores with the engines (:mod:`app.planning.frontend`)."""
+    shared: dict[str, Any] = {
+        "max_batch_tokens": max_batch_tokens,
+        "max_num_seqs": max_num_seqs,
+        "frontend": frontend,
+        "cores": cores,
+    }
     return [
-        Layout("colocated", Topology(0, 1, **shared)),  # type: ignore[arg-type]
-        Layout("colocated_two", Topology(0, 2, **shared)),  # type: ignore[arg-type]
-        Layout("remote", Topology(1, 1, **shared)),  # type: ignore[arg-type]
+        Layout("colocated", Topology(0, 1, **shared)),
+        Layout("colocated_two", Topology(0, 2, **shared)),
+        Layout("remote", Topology(1, 1, **shared)),
         Layout(
             "default",
-            Topology(1, 1, local_prefill_below_tokens=local_prefill_below_tokens, **shared),  # type: ignore[arg-type]
+            Topology(1, 1, local_prefill_below_tokens=local_prefill_below_tokens, **shared),
         ),
     ]
 
@@ -146,6 +159,8 @@ def advise_from_files(
     engine_profile: str,
     window: Any,
     local_prefill_below_tokens: int,
+    frontend: str | None = None,
+    cores: int = 0,
 ) -> dict[str, Any]:
     """``splitserve advise --trace``: passes of ``window.duration_s`` seconds each (at
     rate scale r, r times as much of the trace from ``window.start_s``), the profile's
@@ -165,11 +180,15 @@ def advise_from_files(
         raise ValueError(f"no request of {trace} arrives in the window {window.stated()}")
     factor = round(speed_factor(profile.prefill_s(1024)), 3)
     profiles = scaled_profiles(factor)
-    advice = advise_trace(requests_at, profile, profiles, layouts(local_prefill_below_tokens))
+    cost = FrontEndCost.from_fit(frontend) if frontend else None
+    candidates = layouts(local_prefill_below_tokens, frontend=cost, cores=cores)
+    advice = advise_trace(requests_at, profile, profiles, candidates)
     return {
         "trace": trace,
         "window": window.stated(),
         "pass_s": window.duration_s,
+        "frontend": frontend,
+        "cores": cores,
         "speed_factor": factor,
         "profiles": [p.stated() for p in profiles],
         **advice,
