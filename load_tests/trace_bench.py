@@ -50,9 +50,9 @@ from typing import Any
 from app.config import AppConfig, serve_file_args
 from app.planning.engine_profile import EngineProfile
 from app.planning.frontend import FrontEndCost
-from app.planning.trace_advice import advise_trace, layouts
+from app.planning.trace_advice import advise_trace, layouts, what_if
 from app.replay.client import Answer, replay
-from app.replay.profiles import SloProfile, goodput_scale, scaled_profiles, speed_factor
+from app.replay.profiles import SloProfile, goodput_scale, scaled_profiles, speed_factors
 from app.replay.trace import BUILTIN, TraceRequest, Window, read_trace, windowed
 from load_tests.compare import splitserve
 from load_tests.run_conditions import machine
@@ -61,9 +61,16 @@ from tests.harness.vllm_server import vllm_server
 PROFILE_LENGTHS = (16, 64, 128, 256, 512, 1024, 1536, 2048, 4096, 8192)
 
 
-def systems(max_model_len: int) -> dict[str, tuple[str, Callable[[], AbstractContextManager[str]]]]:
-    """Each system: the layout the advisor models it as, and how it is started."""
-    model = {"model": {"max_model_len": max_model_len}}
+def systems(
+    max_model_len: int, ttft_budget_s: float
+) -> dict[str, tuple[str, Callable[[], AbstractContextManager[str]]]]:
+    """Each system: the layout the advisor models it as, and how it is started.
+    splitserve's admission gets ``ttft_budget_s`` (so that it refuses no request the
+    loosest profile would still count as met: vLLM's server refuses nothing)."""
+    model = {
+        "model": {"max_model_len": max_model_len},
+        "ingress": {"admission": {"ttft_budget_s": ttft_budget_s}},
+    }
     remote = {**model, "router": {"local_prefill_below_tokens": 0}}
     return {
         "vllm": ("colocated", lambda: vllm_server(max_model_len=max_model_len)),
@@ -215,6 +222,9 @@ def brief(result: dict[str, Any]) -> str:
     )
 
 
+TIE = 0.05  # goodputs this close to the best (relative) are a tie, beside overlapping spreads
+
+
 def verdicts(
     rows: dict[str, dict[str, Any]],
     layout_of: dict[str, str],
@@ -222,19 +232,31 @@ def verdicts(
     profiles: list[SloProfile],
 ) -> dict[str, Any]:
     """Each profile: every system's goodput, the measured winner (its layout) and the
-    advised one, and whether they agree (as layouts: vLLM's server is a colocated engine)."""
+    advised one, and whether they agree (as layouts: vLLM's server is a colocated
+    engine). ``tied`` are the systems the winner does not beat beyond the noise: their
+    spread of repeats reaches the winner's, or their median is within ``TIE`` of it;
+    ``agrees`` holds where the advised layout is among them, ``agrees_strictly`` only
+    where it is the winner's."""
     found = {}
     for profile in profiles:
         goodput = {name: row["goodput_scale"][profile.name] for name, row in rows.items()}
         winner = max(goodput, key=lambda n: goodput[n]["median"])
+        best = goodput[winner]
+        tied = [
+            name
+            for name, g in goodput.items()
+            if g["max"] >= best["min"] or g["median"] >= best["median"] * (1 - TIE)
+        ]
         advised = advice["advised_winner"][profile.name]
         found[profile.name] = {
             "profile": profile.stated(),
             "goodput_scale": goodput,
             "measured_winner": winner,
             "measured_winner_layout": layout_of[winner],
+            "tied": tied,
             "advised_winner": advised,
-            "agrees": layout_of[winner] == advised,
+            "agrees_strictly": layout_of[winner] == advised,
+            "agrees": advised in {layout_of[name] for name in tied},
             "advised_goodput_scale": {
                 name: row["goodput_scale"][profile.name] for name, row in advice["layouts"].items()
             },
@@ -255,7 +277,7 @@ def print_table(result: dict[str, Any]) -> None:
     conditions = result["conditions"]
     print(
         f"\n{conditions['machine']['cpu']}, {conditions['machine']['cpus']} cores; speed "
-        f"factor {conditions['speed_factor']}; passes of {conditions['pass_s']} s, "
+        f"factors {conditions['speed_factors']}; passes of {conditions['pass_s']} s, "
         f"{conditions['window_at_rate_1']}"
     )
     print("| profile | system | goodput (rate scale) median [min, max] | advised (sim) |")
@@ -268,8 +290,9 @@ def print_table(result: dict[str, Any]) -> None:
                 f"| {verdict['advised_goodput_scale'][layout]} |"
             )
         print(
-            f"| {name} | **measured winner** {verdict['measured_winner']} "
-            f"| **advised** {verdict['advised_winner']} | agrees: {verdict['agrees']} |"
+            f"| {name} | **measured winner** {verdict['measured_winner']} (tied: "
+            f"{', '.join(verdict['tied'])}) | **advised** {verdict['advised_winner']} "
+            f"| agrees: {verdict['agrees']} (strictly: {verdict['agrees_strictly']}) |"
         )
 
 
@@ -328,8 +351,8 @@ def main() -> None:
         else:
             profile = profile_engine(out.with_suffix(".engine.json"), 1 if args.quick else 3)
     prefill_1k_s = profile.prefill_s(1024)
-    factor = round(speed_factor(prefill_1k_s), 3)
-    profiles = scaled_profiles(factor)
+    factors = speed_factors(prefill_1k_s, profile.decode_step_s(1))
+    profiles = scaled_profiles(factors)
     rows_all = read_trace(args.trace)
 
     def window(rate: float, pass_s: float | None) -> list[TraceRequest]:
@@ -362,8 +385,17 @@ def main() -> None:
         )
         advice = advise_trace(lambda rate: window(rate, None), profile, profiles, candidates)
     print(json.dumps(advice["advised_winner"]), flush=True)
+    with _announced("what would make splitting win (simulated)"):
+        scenarios = what_if(
+            lambda rate: window(rate, None), profile, profiles, local_below, frontend
+        )
+    for scenario, found in scenarios.items():
+        print(f"{scenario}: {json.dumps(found['advised_winner'])}", flush=True)
     rates = sorted(args.rate_scales or advised_ladder(advice, step, args.most_rates))
-    chosen = systems(args.max_model_len)
+    # Admission refuses once the oldest wait passes `headroom` (0.5) of its budget: a
+    # budget of twice the loosest profile's TTFT refuses nothing that profile could meet.
+    admission_budget_s = round(2 * max(p.ttft_s for p in profiles), 2)
+    chosen = systems(args.max_model_len, admission_budget_s)
     names = args.systems or list(chosen)
     rows: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -393,12 +425,14 @@ def main() -> None:
             "warm_s": args.warm_s,
             "prefill_1k_s": round(prefill_1k_s, 4),
             "advisor_frontend": args.frontend,
-            "speed_factor": factor,
+            "splitserve_admission_ttft_budget_s": admission_budget_s,
+            "speed_factors": factors.stated(),
             "profiles": [p.stated() for p in profiles],
             "engine_profile": {"prefill": profile.prefill, "decode": profile.decode},
             "wall_s": None,
         },
         "advice": advice,
+        "what_if": scenarios,
         "systems": rows,
         "profiles": verdicts(rows, {n: chosen[n][0] for n in rows}, advice, profiles),
         "failed_below_goodput": failed_below_goodput(rows),

@@ -246,10 +246,14 @@ def simulate(
 
 
 def simulate_states(
-    requests: list[SimRequest], profile: EngineProfile, topology: Topology
+    requests: list[SimRequest],
+    profile: EngineProfile,
+    topology: Topology,
+    prefill_profile: EngineProfile | None = None,
 ) -> list[RequestState]:
     """Every request's state at the end (its first token, its end, each token's time as
-    its engine made it), in the order given."""
+    its engine made it), in the order given. ``prefill_profile``: the prefill pool's
+    engines, where they differ from the others (default ``profile``)."""
     clock = Clock()
     cpu = SharedCores(clock, topology.cores)
     frontend = FrontEndServer(clock, topology.frontend, cpu)
@@ -264,7 +268,14 @@ def simulate_states(
 
     link = Link(clock, topology)
     prefillers = [
-        PrefillReplica(clock, profile, topology, lambda s: link.send(s, to_decode), cpu, frontend)
+        PrefillReplica(
+            clock,
+            prefill_profile or profile,
+            topology,
+            lambda s: link.send(s, to_decode),
+            cpu,
+            frontend,
+        )
         for _ in range(topology.prefill_replicas)
     ]
     states = [RequestState(r, r.prompt_tokens) for r in requests]

@@ -22,7 +22,7 @@ is measured at one context), the prefix cache, preemption, and the KV transfer's
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.planning.engine_profile import EngineProfile
@@ -46,6 +46,7 @@ BLIND_TO = (
 class Layout:
     name: str
     topology: Topology
+    prefill_speedup: float = 1.0  # the prefill pool's engines this many times faster
 
 
 def layouts(
@@ -81,7 +82,11 @@ def simulated_streams(
     """Each request's token times (seconds from its arrival, the serving path's fixed
     overhead added as the simulator adds it to TTFT) and its token count."""
     sim = [SimRequest(r.at_s, r.prompt_tokens, r.output_tokens) for r in requests]
-    states = simulate_states(sim, profile, layout.topology)
+    faster = None
+    if layout.prefill_speedup != 1.0:
+        speedup = layout.prefill_speedup
+        faster = replace(profile, prefill=[(x, y / speedup) for x, y in profile.prefill])
+    states = simulate_states(sim, profile, layout.topology, faster)
     streams = []
     for state in states:
         overhead = profile.overhead_s + (profile.disaggregated_overhead_s if state.remote else 0.0)
@@ -137,11 +142,51 @@ def advise_trace(
     return found
 
 
+def what_if(
+    requests_at: Callable[[float], Sequence[TraceRequest]],
+    profile: EngineProfile,
+    slo_profiles: Sequence[SloProfile],
+    local_prefill_below_tokens: int,
+    frontend: FrontEndCost | None,
+) -> dict[str, Any]:
+    """What would make splitting win, by the same model: the serving path on cores of
+    its own; four engines instead of two; a prefill pool of engines twice as fast (a
+    compute-rich accelerator for prefill, the rest unchanged). Each scenario's goodput
+    per layout and profile, and its advised winners."""
+    below = local_prefill_below_tokens
+    spare: dict[str, Any] = {"frontend": frontend, "cores": 0}
+    two = layouts(below, **spare)
+    four = [
+        Layout("colocated x4", Topology(0, 4, **spare)),
+        Layout("1P:3D remote", Topology(1, 3, **spare)),
+        Layout("1P:3D default", Topology(1, 3, local_prefill_below_tokens=below, **spare)),
+        Layout("2P:2D remote", Topology(2, 2, **spare)),
+        Layout("2P:2D default", Topology(2, 2, local_prefill_below_tokens=below, **spare)),
+    ]
+    fast_prefill = [
+        Layout(a.name, a.topology, 2.0 if a.topology.prefill_replicas else 1.0) for a in two
+    ]
+    scenarios = {
+        "serving path on spare cores": two,
+        "four engines, serving path on spare cores": four,
+        "prefill engines 2x faster, serving path on spare cores": fast_prefill,
+    }
+    found = {}
+    for name, candidates in scenarios.items():
+        advice = advise_trace(requests_at, profile, slo_profiles, candidates)
+        found[name] = {
+            "advised_winner": advice["advised_winner"],
+            "goodput_scale": {n: r["goodput_scale"] for n, r in advice["layouts"].items()},
+        }
+    return found
+
+
 def table(advice: dict[str, Any]) -> str:
     """The advice as a table: each layout's simulated goodput under each profile."""
     names = list(advice["advised_winner"])
     lines = [
-        f"speed factor {advice.get('speed_factor', '?')} (the profiles' bounds are x this)",
+        f"speed factors {advice.get('speed_factors', '?')} (TTFT bounds x prefill, TPOT "
+        "bounds x decode)",
         "| layout | " + " | ".join(f"{n} goodput (rate scale)" for n in names) + " |",
         "|---|" + "---:|" * len(names),
     ]
@@ -167,7 +212,7 @@ def advise_from_files(
     engine, the SLO profiles scaled by its speed; the advice with its conditions."""
     from dataclasses import replace
 
-    from app.replay.profiles import scaled_profiles, speed_factor
+    from app.replay.profiles import scaled_profiles, speed_factors
     from app.replay.trace import read_trace, windowed
 
     profile = EngineProfile.load(engine_profile)
@@ -178,8 +223,8 @@ def advise_from_files(
 
     if not requests_at(1.0):
         raise ValueError(f"no request of {trace} arrives in the window {window.stated()}")
-    factor = round(speed_factor(profile.prefill_s(1024)), 3)
-    profiles = scaled_profiles(factor)
+    factors = speed_factors(profile.prefill_s(1024), profile.decode_step_s(1))
+    profiles = scaled_profiles(factors)
     cost = FrontEndCost.from_fit(frontend) if frontend else None
     candidates = layouts(local_prefill_below_tokens, frontend=cost, cores=cores)
     advice = advise_trace(requests_at, profile, profiles, candidates)
@@ -189,7 +234,7 @@ def advise_from_files(
         "pass_s": window.duration_s,
         "frontend": frontend,
         "cores": cores,
-        "speed_factor": factor,
+        "speed_factors": factors.stated(),
         "profiles": [p.stated() for p in profiles],
         **advice,
     }

@@ -1,10 +1,12 @@
 """SLO profiles that match what teams promise, scaled to the engines' speed, and the
 goodput of a ladder of rate scales under each.
 
-Each profile is stated for a reference engine that prefills 1,024 tokens in
-``REFERENCE_PREFILL_1K_S`` (a 7-8B model on one datacenter GPU) and scaled to the engines
-at hand by one stated factor: their time for the same prefill over the reference's
-(:func:`speed_factor`). Three profiles:
+Each profile is stated for a reference engine (a 7-8B model on one datacenter GPU) that
+prefills 1,024 tokens in ``REFERENCE_PREFILL_1K_S`` and takes ``REFERENCE_DECODE_STEP_S``
+for a one-sequence decode step, and scaled to the engines at hand by two stated factors
+(:func:`speed_factors`): the TTFT bound by their prefill time over the reference's, the
+TPOT bound and the per-token deadline by their decode step over the reference's (a CPU
+engine's prefill and decode are not slower than a GPU's by one factor). Three profiles:
 
 - ``chat``: interactive chat; the first token soon, the rest at reading speed (tight
   TTFT, loose TPOT). Met by a request within both bounds; the profile holds while at
@@ -27,8 +29,11 @@ from typing import Any, Literal
 
 from app.replay.slo import Slo, attainment, fluidity_index
 
-# The reference engine's time to prefill 1,024 tokens, which the profiles are stated for.
+# The reference engine the profiles are stated for: its time to prefill 1,024 tokens, and
+# its one-sequence decode step (a 7-8B model in bf16 on one H100-class GPU: ~16 TFLOP of
+# prefill at ~40% of peak; ~16 GB of weights read per step at ~3 TB/s).
 REFERENCE_PREFILL_1K_S = 0.05
+REFERENCE_DECODE_STEP_S = 0.007
 # The share of first tokens within TTFT that the smooth profile also asks.
 TTFT_TARGET = 0.9
 
@@ -42,8 +47,10 @@ class SloProfile:
     target: float
     promise: str
 
-    def scaled(self, factor: float) -> SloProfile:
-        return replace(self, ttft_s=self.ttft_s * factor, tpot_s=self.tpot_s * factor)
+    def scaled(self, factors: SpeedFactors) -> SloProfile:
+        return replace(
+            self, ttft_s=self.ttft_s * factors.prefill, tpot_s=self.tpot_s * factors.decode
+        )
 
     @property
     def slo(self) -> Slo:
@@ -101,16 +108,30 @@ PROFILES: tuple[SloProfile, ...] = (
 )
 
 
-def speed_factor(prefill_1k_s: float) -> float:
-    """How many times slower these engines are than the reference (their time to
-    prefill 1,024 tokens over the reference's)."""
-    if prefill_1k_s <= 0:
-        raise ValueError("a prefill time must be positive")
-    return prefill_1k_s / REFERENCE_PREFILL_1K_S
+@dataclass(frozen=True)
+class SpeedFactors:
+    """How many times slower these engines are than the reference: at prefill (scales
+    TTFT bounds) and at a decode step (scales TPOT bounds and token deadlines)."""
+
+    prefill: float
+    decode: float
+
+    def stated(self) -> dict[str, float]:
+        return {"prefill": round(self.prefill, 3), "decode": round(self.decode, 3)}
 
 
-def scaled_profiles(factor: float) -> list[SloProfile]:
-    return [profile.scaled(factor) for profile in PROFILES]
+def speed_factors(prefill_1k_s: float, decode_step_s: float) -> SpeedFactors:
+    """The factors from the engines' time to prefill 1,024 tokens and their one-sequence
+    decode step (both from ``splitserve profile``)."""
+    if prefill_1k_s <= 0 or decode_step_s <= 0:
+        raise ValueError("prefill and decode times must be positive")
+    return SpeedFactors(
+        prefill_1k_s / REFERENCE_PREFILL_1K_S, decode_step_s / REFERENCE_DECODE_STEP_S
+    )
+
+
+def scaled_profiles(factors: SpeedFactors) -> list[SloProfile]:
+    return [profile.scaled(factors) for profile in PROFILES]
 
 
 def goodput_scale(points: Sequence[tuple[float, float]]) -> float:

@@ -9,11 +9,12 @@ from app.planning.engine_profile import EngineProfile
 from app.planning.trace_advice import advise_trace, ladder, layouts
 from app.replay.profiles import (
     PROFILES,
+    REFERENCE_DECODE_STEP_S,
     REFERENCE_PREFILL_1K_S,
     SloProfile,
     goodput_scale,
     scaled_profiles,
-    speed_factor,
+    speed_factors,
 )
 from app.replay.trace import TraceRequest
 
@@ -21,15 +22,15 @@ CHAT = SloProfile("chat", 1.0, 0.1, "attainment", 0.9, "")
 SMOOTH = SloProfile("smooth", 1.0, 0.1, "fluidity", 0.99, "")
 
 
-def test_profiles_scale_by_the_engines_speed_against_the_reference():
-    factor = speed_factor(4 * REFERENCE_PREFILL_1K_S)
-    assert factor == pytest.approx(4)
-    for base, scaled in zip(PROFILES, scaled_profiles(factor), strict=True):
+def test_profiles_scale_ttft_by_prefill_speed_and_tpot_by_decode_speed():
+    factors = speed_factors(4 * REFERENCE_PREFILL_1K_S, 0.5 * REFERENCE_DECODE_STEP_S)
+    assert (factors.prefill, factors.decode) == pytest.approx((4, 0.5))
+    for base, scaled in zip(PROFILES, scaled_profiles(factors), strict=True):
         assert scaled.ttft_s == pytest.approx(4 * base.ttft_s)
-        assert scaled.tpot_s == pytest.approx(4 * base.tpot_s)
+        assert scaled.tpot_s == pytest.approx(0.5 * base.tpot_s)
         assert (scaled.measure, scaled.target) == (base.measure, base.target)
     with pytest.raises(ValueError):
-        speed_factor(0)
+        speed_factors(0, 1)
 
 
 def test_chat_attainment_counts_both_bounds_and_refused_requests():
