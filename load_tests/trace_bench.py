@@ -53,6 +53,7 @@ from app.planning.frontend import FrontEndCost
 from app.planning.trace_advice import advise_trace, layouts, what_if
 from app.replay.client import Answer, replay
 from app.replay.profiles import SloProfile, goodput_scale, scaled_profiles, speed_factors
+from app.replay.report import refusal
 from app.replay.trace import BUILTIN, TraceRequest, Window, read_trace, windowed
 from load_tests.compare import splitserve
 from load_tests.run_conditions import machine
@@ -144,6 +145,7 @@ def one_pass(
                 if not a.answered
             )
         ),
+        "refusals": dict(Counter(refusal(a.error) for a in answers if a.status == 503)),
         "paths": dict(Counter(a.path or "unknown" for a in answered)),
         "ttft_ms": _ms(ttfts),
         "tpot_ms": _ms([t for a in answered if (t := a.tpot_s) is not None]),

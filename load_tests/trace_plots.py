@@ -42,6 +42,9 @@ def draw(result: dict[str, Any], out_dir: Path) -> list[Path]:
             axes.plot(xs, ys, linestyle=line, marker=marker, label=system)
         axes.axhline(stated["target"], color="grey", linewidth=0.8, label="target")
         axes.set_xscale("log")
+        plain = matplotlib.ticker.FormatStrFormatter("%g")
+        axes.xaxis.set_major_formatter(plain)
+        axes.xaxis.set_minor_formatter(plain)
         axes.set_xlabel("rate scale (x the trace's arrival rate)")
         axes.set_ylabel(key)
         axes.set_title(
