@@ -47,6 +47,7 @@ class Layout:
     name: str
     topology: Topology
     prefill_speedup: float = 1.0  # the prefill pool's engines this many times faster
+    overhead_s: float = 0.0  # the serving path's time per request, beyond the profile's
 
 
 def layouts(
@@ -82,6 +83,8 @@ def simulated_streams(
     """Each request's token times (seconds from its arrival, the serving path's fixed
     overhead added as the simulator adds it to TTFT) and its token count."""
     sim = [SimRequest(r.at_s, r.prompt_tokens, r.output_tokens) for r in requests]
+    if layout.overhead_s:
+        profile = replace(profile, overhead_s=profile.overhead_s + layout.overhead_s)
     faster = None
     if layout.prefill_speedup != 1.0:
         speedup = layout.prefill_speedup
@@ -139,6 +142,33 @@ def advise_trace(
     for p in slo_profiles:
         by_layout = {name: row["goodput_scale"][p.name] for name, row in found["layouts"].items()}
         found["advised_winner"][p.name] = max(by_layout, key=lambda n: by_layout[n])
+    return found
+
+
+def calibrated(
+    candidates: Sequence[Layout],
+    measured_ttft_p50_s: dict[str, float],
+    requests: Sequence[TraceRequest],
+    profile: EngineProfile,
+) -> list[Layout]:
+    """``candidates`` with each one's serving-path time per request set from a light
+    load: its measured TTFT median on ``requests`` (a pass at a low rate) less the
+    simulated one (at least 0). The engine profile cannot hold that time (the hops, the
+    KV read of a remote prefill, the HTTP path); a low-rate pass measures it without
+    measuring the goodput itself. Layouts without a measurement are kept as they are."""
+    found = []
+    for layout in candidates:
+        measured = measured_ttft_p50_s.get(layout.name)
+        if measured is None:
+            found.append(layout)
+            continue
+        firsts = sorted(
+            times[0]
+            for times, _ in simulated_streams(requests, profile, replace(layout, overhead_s=0.0))
+            if times
+        )
+        simulated = firsts[len(firsts) // 2] if firsts else 0.0
+        found.append(replace(layout, overhead_s=max(0.0, measured - simulated)))
     return found
 
 

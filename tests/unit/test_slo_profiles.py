@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.planning.engine_profile import EngineProfile
-from app.planning.trace_advice import advise_trace, ladder, layouts
+from app.planning.trace_advice import advise_trace, calibrated, ladder, layouts, simulated_streams
 from app.replay.profiles import (
     PROFILES,
     REFERENCE_DECODE_STEP_S,
@@ -116,3 +116,20 @@ def test_the_advisor_names_the_layout_whose_engines_do_not_stall_streams():
     assert goodput["colocated_two"]["smooth"] < goodput["remote"]["smooth"], goodput
     assert advice["advised_winner"]["chat"] == "colocated_two", goodput
     assert advice["blind_to"]
+
+
+def test_calibration_adds_the_serving_path_time_a_light_load_measured():
+    """Each layout's overhead is its measured TTFT median less the simulated one: with
+    it, the simulated median is the measured one; a layout not measured is unchanged."""
+    engine = _flat_profile(1e-4, 0.005)
+    requests = [TraceRequest(at_s=2.0 * i, prompt_tokens=1000, output_tokens=10) for i in range(21)]
+    two = layouts(512)
+    colocated, remote = two[0], two[2]
+    found = {a.name: a for a in calibrated(two, {"remote": 0.3}, requests, engine)}
+    assert found["colocated"] == colocated
+    # alone on its engines, each prompt's first token comes 0.1 s (its prefill) plus a
+    # decode step after it arrives
+    assert found["remote"].overhead_s == pytest.approx(0.3 - 0.105, abs=0.002)
+    firsts = sorted(t[0] for t, _ in simulated_streams(requests, engine, found["remote"]))
+    assert firsts[len(firsts) // 2] == pytest.approx(0.3, abs=0.002)
+    assert remote.overhead_s == 0.0
