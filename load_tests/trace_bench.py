@@ -53,7 +53,7 @@ from app.planning.frontend import FrontEndCost
 from app.planning.trace_advice import advise_trace, calibrated, layouts, what_if
 from app.replay.client import Answer, replay
 from app.replay.profiles import SloProfile, goodput_scale, scaled_profiles, speed_factors
-from app.replay.report import refusal
+from app.replay.report import percentiles_ms, refusal
 from app.replay.trace import BUILTIN, TraceRequest, Window, read_trace, windowed
 from load_tests.compare import splitserve
 from load_tests.run_conditions import machine
@@ -103,17 +103,6 @@ def token_gaps(times: list[float]) -> list[float]:
     return [b - a for a, b in itertools.pairwise(distinct)]
 
 
-def _ms(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p95": None, "p99": None}
-    ordered = sorted(values)
-
-    def pick(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
-
-    return {"p50": pick(0.5), "p95": pick(0.95), "p99": pick(0.99)}
-
-
 def _thinned(values: list[float], most: int = 2000) -> list[float]:
     ordered = sorted(values)
     step = max(1, len(ordered) // most)
@@ -147,10 +136,10 @@ def one_pass(
         ),
         "refusals": dict(Counter(refusal(a.error) for a in answers if a.status == 503)),
         "paths": dict(Counter(a.path or "unknown" for a in answered)),
-        "ttft_ms": _ms(ttfts),
-        "tpot_ms": _ms([t for a in answered if (t := a.tpot_s) is not None]),
-        "token_gap_ms": _ms(gaps),
-        "send_lag_ms": _ms([a.send_lag_s for a in answers]),
+        "ttft_ms": percentiles_ms(ttfts),
+        "tpot_ms": percentiles_ms([t for a in answered if (t := a.tpot_s) is not None]),
+        "token_gap_ms": percentiles_ms(gaps),
+        "send_lag_ms": percentiles_ms([a.send_lag_s for a in answers]),
         "profiles": measures,
         "ttft_samples_ms": _thinned(ttfts),
         "gap_samples_ms": _thinned(gaps),

@@ -13,7 +13,7 @@ from app.replay.slo import Slo, attainment, fluidity_index, meets
 from app.replay.trace import Window
 
 
-def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
+def percentiles_ms(values: Sequence[float]) -> dict[str, float | None]:
     """p50 / p95 / p99 in milliseconds (nearest rank); None for no values."""
     if not values:
         return {"p50": None, "p95": None, "p99": None}
@@ -52,12 +52,12 @@ def summary(answers: Sequence[Answer], window: Window, slo: Slo) -> dict[str, An
         "requests": len(answers),
         "answered": len(answered),
         "statuses": dict(statuses),
-        "ttft_ms": _percentiles([a.ttft_s for a in answered if a.ttft_s is not None]),
-        "tpot_ms": _percentiles([a.tpot_s for a in answered if a.tpot_s is not None]),
+        "ttft_ms": percentiles_ms([a.ttft_s for a in answered if a.ttft_s is not None]),
+        "tpot_ms": percentiles_ms([a.tpot_s for a in answered if a.tpot_s is not None]),
         "slo_attainment": round(attainment(outcomes, slo), 4),
         "fluidity_index": round(fluidity_index(streams, slo), 4),
         "goodput_rps": round(met / span_s, 3),
         "paths": dict(Counter(a.path or "unknown" for a in answered)),
         "refusals": dict(Counter(refusal(a.error) for a in answers if a.status == 503)),
-        "send_lag_ms": _percentiles([a.send_lag_s for a in answers]),
+        "send_lag_ms": percentiles_ms([a.send_lag_s for a in answers]),
     }

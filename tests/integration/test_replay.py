@@ -1,19 +1,23 @@
-"""``splitserve replay`` against the running app: a short window of the shipped Azure
-trace, open loop; every request answered with the stated output, its path reported."""
+"""``splitserve replay`` against the running app and against vLLM's own server: a short
+window of the shipped Azure trace, open loop; every request answered with the stated
+output, each token's time recorded, the path reported where the server reports one."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 
-def test_a_window_of_the_azure_trace_is_replayed_open_loop(apps, tmp_path):
+def replayed(url: str, out: Path) -> dict[str, Any]:
+    """6 s of the trace from 600 s at x2, shortened, through `splitserve replay`: its
+    report, after checking what holds for any server that answers every request."""
     from app.cli import main
 
-    out = tmp_path / "replay.json"
     code = main(
         [
             "replay",
-            "--url", apps.disaggregated,
+            "--url", url,
             "--start-s", "600",
             "--duration-s", "6",
             "--rate-scale", "2",
@@ -27,46 +31,7 @@ def test_a_window_of_the_azure_trace_is_replayed_open_loop(apps, tmp_path):
         ]
     )  # fmt: skip
     assert code == 0
-    report = json.loads(out.read_text())
-    records = report["records"]
-    assert report["requests"] == len(records) > 5
-    assert report["answered"] == len(records), report["statuses"]
-    for record in records:
-        assert len(record["token_times_s"]) == record["output_tokens"], record
-        assert record["token_times_s"] == sorted(record["token_times_s"])
-    assert report["slo_attainment"] == 1.0 and report["fluidity_index"] > 0.9
-    assert set(report["paths"]) <= {"local", "nixl", "object_store", "recompute"}
-    assert "nixl" in report["paths"]  # prompts past local_prefill_below_tokens go remote
-    assert report["window"]["rate_scale"] == 2.0
-
-
-def test_the_same_window_is_replayed_against_vllms_own_server(tmp_path):
-    """`replay` is a client for any OpenAI-compatible server: against vLLM's own, every
-    request is answered with its stated output and each token's time; the path taken is
-    ``unknown`` (vLLM's server does not say)."""
-    from app.cli import main
-    from tests.harness.vllm_server import vllm_server
-
-    out = tmp_path / "replay_vllm.json"
-    with vllm_server(8012, cores="0") as url:
-        code = main(
-            [
-                "replay",
-                "--url", url,
-                "--start-s", "600",
-                "--duration-s", "6",
-                "--rate-scale", "2",
-                "--length-scale", "0.4",
-                "--output-scale", "0.1",
-                "--max-prompt-tokens", "1500",
-                "--slo-ttft-ms", "5000",
-                "--slo-tpot-ms", "1000",
-                "--out", str(out),
-                "--json",
-            ]
-        )  # fmt: skip
-    assert code == 0
-    report = json.loads(out.read_text())
+    report: dict[str, Any] = json.loads(out.read_text())
     records = report["records"]
     assert report["requests"] == len(records) > 5
     assert report["answered"] == len(records), report["statuses"]
@@ -75,5 +40,21 @@ def test_the_same_window_is_replayed_against_vllms_own_server(tmp_path):
         assert record["token_times_s"] == sorted(record["token_times_s"])
         assert record["sent"] and record["done"]
     assert report["slo_attainment"] == 1.0 and report["fluidity_index"] > 0.9
-    # vLLM sends no `splitserve` field: the path is not known, and not guessed
-    assert report["paths"] == {"unknown": len(records)}
+    assert report["window"]["rate_scale"] == 2.0
+    return report
+
+
+def test_a_window_of_the_azure_trace_is_replayed_open_loop(apps, tmp_path):
+    report = replayed(apps.disaggregated, tmp_path / "replay.json")
+    assert set(report["paths"]) <= {"local", "nixl", "object_store", "recompute"}
+    assert "nixl" in report["paths"]  # prompts past local_prefill_below_tokens go remote
+
+
+def test_the_same_window_is_replayed_against_vllms_own_server(tmp_path):
+    """`replay` is a client for any OpenAI-compatible server: against vLLM's own, as
+    against splitserve; the path taken is ``unknown`` (vLLM's server does not say)."""
+    from tests.harness.vllm_server import vllm_server
+
+    with vllm_server(8012, cores="0") as url:
+        report = replayed(url, tmp_path / "replay_vllm.json")
+    assert report["paths"] == {"unknown": report["requests"]}
