@@ -126,7 +126,8 @@ bench-replay: setup
 # Where splitting pays: a window of a trace (Azure's format; default the conversation trace
 # that ships with splitserve) replayed against vLLM's server and four splitserve layouts on
 # the same cores, goodput under three SLO profiles, the advisor's winner beside the
-# measured one (docs/where_splitting_pays.md). QUICK=1: a 20 s window, 3 rates, 1 repeat.
+# measured one (docs/where_splitting_pays.md). QUICK=1: passes of 15 s, rates
+# 1.7x apart, one climb (14 minutes on the 2-vCPU host); without it, 40 s, 1.4x, two climbs.
 TRACE ?= app/replay/data/azure_conv_2023.csv
 OUT ?= load_tests/results/trace_bench.json
 bench-trace: setup

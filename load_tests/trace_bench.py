@@ -1,7 +1,7 @@
-"""Where splitting pays, on real traffic and equal hardware: one window of a trace replayed
-open loop against five systems in turn, the same two engine cores for each that runs two
-engines, each system's goodput under three SLO profiles, and the advisor's prediction
-beside the measured winner.
+"""Where splitting pays, on real traffic and equal hardware: a trace replayed open loop
+against five systems in turn, the same two engine cores for each that runs two engines,
+each system's goodput under three SLO profiles, and the advisor's prediction beside the
+measured winner.
 
     scripts/loopback-netns .venv/bin/python -m load_tests.trace_bench \
         [--trace FILE] [--out FILE] [--quick] [--systems vllm colocated ...]
@@ -10,21 +10,27 @@ beside the measured winner.
 
 1. **Profile the engine** on this machine (``splitserve profile``, core 0, prompts up to
    8,192 tokens) and scale the SLO profiles (:mod:`app.replay.profiles`) by its speed:
-   its 1,024-token prefill time over the reference engine's. The factor is stated.
-2. **Advise**: the simulator's goodput for each layout under each profile
-   (:mod:`app.planning.trace_advice`), and from it the ladder of rate scales to measure
-   (from 0.6x the lowest predicted goodput to 1.4x the highest; ``--rate-scales`` sets it).
+   TTFT bounds by its prefill time, TPOT bounds by its decode step, each over the
+   reference engine's. Both factors are stated.
+2. **Advise**: the simulator's goodput for each layout under each profile, the serving
+   path's CPU charged on the host's cores (:mod:`app.planning.trace_advice`), what would
+   make splitting win, and from the advice the ladder of rate scales to measure (from
+   0.4x the lowest predicted goodput, each rate ``--rate-step`` times the last, to past
+   1.5x the highest; ``--rate-scales`` sets it).
 3. **Measure**, one system at a time: start it, one unmeasured warm pass, then the
-   ladder, lowest rate first, ``--repeats`` times; each pass sends prompts of its own
-   (none shares a cached prefix) and a system stops climbing once no profile holds.
+   ladder, lowest rate first, ``--repeats`` times; each pass sends for ``--pass-s`` at
+   every rate (at rate scale r, r times as much of the trace), with prompts of its own
+   (none shares a cached prefix), and a system stops climbing once no profile holds.
    Systems: vLLM's own server (one engine on core 0, the reference); splitserve colocated
    with two engines (one per core); colocated with one engine (core 0); one prefill and
    one decode engine with every prompt remote; and the default app (prompts under its
    ``local_prefill_below_tokens`` prefilled on decode). Every system gets the same
-   ``--max-model-len`` (16,384: the trace at its true lengths).
+   ``--max-model-len`` (16,384: the trace at its true lengths); splitserve's admission
+   a budget that refuses nothing the loosest profile could meet.
 4. **Report**: each system's goodput per profile (median of the repeats, with min and
-   max), the measured winner beside the advised one, and the sent / answered / failed
-   counts of every pass (sent = answered + failed); JSON, a table, and PNG plots
+   max), the measured winner and its ties beside the advised one (and the advice
+   calibrated by the lowest-rate passes), and the sent / answered / failed counts of
+   every pass (sent = answered + failed); JSON, a table, and PNG plots
    (:mod:`load_tests.trace_plots`).
 """
 
