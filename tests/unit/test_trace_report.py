@@ -1,0 +1,72 @@
+"""The trace benchmark's conclusions: goodput over repeats, the measured winner and its
+ties beside the advised layout, and failures below goodput."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.replay.profiles import SloProfile
+from load_tests.trace_report import failed_below_goodput, goodput_by_profile, verdicts
+
+CHAT = SloProfile("chat", 1.0, 0.1, "attainment", 0.9, "")
+
+
+def passes(
+    margins_by_repeat: list[list[tuple[float, float]]], failed: int = 0
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "rate_scale": rate,
+            "repeat": repeat,
+            "failed": failed,
+            "profiles": {"chat": {"margin": m}},
+        }
+        for repeat, ladder in enumerate(margins_by_repeat)
+        for rate, m in ladder
+    ]
+
+
+def test_goodput_is_the_median_of_the_climbs_with_their_spread():
+    climbs = [[(1.0, 0.1), (2.0, -0.1)], [(1.0, 0.1), (2.0, 0.1), (4.0, -0.1)], [(1.0, -0.1)]]
+    found = goodput_by_profile(passes(climbs), [CHAT], repeats=3)["chat"]
+    assert found == {"median": 1.5, "min": 0.0, "max": 3.0, "repeats": [1.5, 3.0, 0.0]}
+
+
+def row(median: float, low: float, high: float) -> dict[str, Any]:
+    return {"goodput_scale": {"chat": {"median": median, "min": low, "max": high}}}
+
+
+LAYOUT = {"vllm": "colocated", "colocated": "colocated", "remote": "remote"}
+
+
+def advice(winner: str) -> dict[str, Any]:
+    return {"advised_winner": {"chat": winner}, "layouts": {}}
+
+
+def test_the_advised_layout_agrees_with_a_winner_or_a_system_tied_with_it():
+    rows = {
+        "vllm": row(2.0, 1.9, 2.1),
+        "colocated": row(1.8, 1.7, 1.85),
+        "remote": row(1.95, 1.8, 2.0),
+    }
+    found = verdicts(rows, LAYOUT, advice("remote"), advice("colocated"), [CHAT])["chat"]
+    assert found["measured_winner"] == "vllm" and found["measured_winner_layout"] == "colocated"
+    assert found["tied"] == ["vllm", "remote"]  # remote's spread reaches the winner's
+    assert found["agrees"] and not found["agrees_strictly"]
+    assert found["agrees_calibrated"]  # colocated is vLLM's layout
+
+
+def test_a_system_beaten_beyond_the_noise_is_not_a_tie():
+    rows = {
+        "vllm": row(2.0, 1.9, 2.1),
+        "colocated": row(1.8, 1.7, 1.85),
+        "remote": row(1.0, 0.9, 1.1),
+    }
+    found = verdicts(rows, LAYOUT, advice("remote"), advice("remote"), [CHAT])["chat"]
+    assert found["tied"] == ["vllm"]
+    assert not found["agrees"] and not found["agrees_calibrated"]
+
+
+def test_failures_count_only_below_a_systems_lowest_goodput():
+    rows = {"vllm": {**row(2.0, 1.5, 2.1), "passes": passes([[(1.0, 0.1), (2.0, 0.1)]], failed=3)}}
+    assert failed_below_goodput(rows) == {"vllm": 3}  # rate 1 is below 1.5; rate 2 is not
