@@ -59,7 +59,7 @@ from app.planning.frontend import FrontEndCost
 from app.planning.trace_advice import advise_trace, calibrated, layouts, what_if
 from app.replay.client import Answer, replay
 from app.replay.profiles import SloProfile, scaled_profiles, speed_factors
-from app.replay.report import percentiles_ms, refusal
+from app.replay.report import outcome, percentiles_ms, refusal
 from app.replay.trace import BUILTIN, TraceRequest, Window, read_trace, windowed
 from load_tests.compare import splitserve
 from load_tests.run_conditions import machine
@@ -134,13 +134,7 @@ def one_pass(
         "sent": sum(a.sent for a in answers),
         "answered": len(answered),
         "failed": len(answers) - len(answered),
-        "statuses": dict(
-            Counter(
-                "error event" if a.status == 200 and a.error else str(a.status or "no answer")
-                for a in answers
-                if not a.answered
-            )
-        ),
+        "statuses": dict(Counter(outcome(a) for a in answers if not a.answered)),
         "refusals": dict(Counter(refusal(a.error) for a in answers if a.status == 503)),
         "paths": dict(Counter(a.path or "unknown" for a in answered)),
         "ttft_ms": percentiles_ms(ttfts),
@@ -215,7 +209,7 @@ def main() -> None:
     parser.add_argument(
         "--pass-s",
         type=float,
-        help="seconds each pass sends for, at every rate (60; quick 20): at rate scale r "
+        help="seconds each pass sends for, at every rate (40; quick 15): at rate scale r "
         "a pass replays r times as many seconds of the trace from --start-s",
     )
     parser.add_argument("--warm-s", type=float, default=10.0, help="the warm pass's seconds")

@@ -35,13 +35,18 @@ def refusal(body: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "#", message)[:120]
 
 
+def outcome(answer: Answer) -> str:
+    """How a request ended, as the reports count it: its HTTP status, ``error event`` (a
+    200 stream that carried an error), or ``no answer``."""
+    if answer.status == 200 and answer.error:
+        return "error event"
+    return str(answer.status or "no answer")
+
+
 def summary(answers: Sequence[Answer], window: Window, slo: Slo) -> dict[str, Any]:
     """Counts, latencies, attainment, fluidity-index and goodput of a replay."""
     answered = [a for a in answers if a.answered]
-    statuses = Counter(
-        "error event" if a.status == 200 and a.error else str(a.status or "no answer")
-        for a in answers
-    )
+    statuses = Counter(outcome(a) for a in answers)
     outcomes = [(a.ttft_s, a.tpot_s) if a.answered else (None, None) for a in answers]
     streams = [(a.token_times_s if a.answered else [], a.output_tokens) for a in answers]
     span_s = window.duration_s / window.rate_scale
