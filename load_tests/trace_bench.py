@@ -26,7 +26,7 @@ measured winner.
    one decode engine with every prompt remote; and the default app (prompts under its
    ``local_prefill_below_tokens`` prefilled on decode). Every system gets the same
    ``--max-model-len`` (16,384: the trace at its true lengths); splitserve's admission
-   a budget that refuses nothing the loosest profile could meet.
+   a budget that refuses nothing the loosest profile could meet (:func:`admission_budget`).
 4. **Report**: each system's goodput per profile (median of the repeats, with min and
    max), the measured winner and its ties beside the advised one (and the advice
    calibrated by the lowest-rate passes), and the sent / answered / failed counts of
@@ -40,6 +40,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import math
 import os
 import signal
 import statistics
@@ -53,7 +54,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.config import AppConfig, serve_file_args
+from app.config import AdmissionConfig, AppConfig, serve_file_args
 from app.planning.engine_profile import EngineProfile
 from app.planning.frontend import FrontEndCost
 from app.planning.trace_advice import advise_trace, calibrated, layouts, what_if
@@ -67,6 +68,16 @@ from load_tests.trace_report import failed_below_goodput, goodput_by_profile, pr
 from tests.harness.vllm_server import vllm_server
 
 PROFILE_LENGTHS = (16, 64, 128, 256, 512, 1024, 1536, 2048, 4096, 8192)
+
+
+def admission_budget(loosest_ttft_s: float) -> float:
+    """The admission budget (``ttft_budget_s``) under which splitserve's admission refuses
+    no request the loosest profile could still meet: each of its wait rules (the oldest
+    wait at ``headroom`` of the budget, the predicted wait at ``predicted_share``) then
+    fires only past that profile's TTFT."""
+    rules = AdmissionConfig()
+    share = min(rules.headroom, rules.predicted_share or rules.headroom)
+    return math.ceil(100 * loosest_ttft_s / share) / 100
 
 
 def systems(
@@ -287,9 +298,7 @@ def main() -> None:
     for scenario, found in scenarios.items():
         print(f"{scenario}: {json.dumps(found['advised_winner'])}", flush=True)
     rates = sorted(args.rate_scales or advised_ladder(advice, step, args.most_rates))
-    # Admission refuses once the oldest wait passes `headroom` (0.5) of its budget: a
-    # budget of twice the loosest profile's TTFT refuses nothing that profile could meet.
-    admission_budget_s = round(2 * max(p.ttft_s for p in profiles), 2)
+    admission_budget_s = admission_budget(max(p.ttft_s for p in profiles))
     chosen = systems(args.max_model_len, admission_budget_s)
     names = args.systems or list(chosen)
     rows: dict[str, dict[str, Any]] = {}

@@ -70,3 +70,23 @@ def test_a_system_beaten_beyond_the_noise_is_not_a_tie():
 def test_failures_count_only_below_a_systems_lowest_goodput():
     rows = {"vllm": {**row(2.0, 1.5, 2.1), "passes": passes([[(1.0, 0.1), (2.0, 0.1)]], failed=3)}}
     assert failed_below_goodput(rows) == {"vllm": 3}  # rate 1 is below 1.5; rate 2 is not
+
+
+def test_the_admission_budget_refuses_no_wait_the_loosest_profile_meets():
+    """Both of admission's wait rules fire only past the loosest profile's TTFT (the
+    predicted-wait rule at 0.35 of a budget of twice the TTFT fired at 0.7 of it)."""
+    from app.api.admission import Admission
+    from app.config import AdmissionConfig
+    from load_tests.trace_bench import admission_budget
+
+    rules = AdmissionConfig()
+    for loosest in (0.3, 5.975, 12.0):
+        gate = Admission(
+            admission_budget(loosest),
+            rules.max_waiting,
+            headroom=rules.headroom,
+            predicted_share=rules.predicted_share,
+        )
+        assert gate.limit_s >= loosest
+        assert gate.predicted_limit_s >= loosest
+        assert gate.predicted_limit_s < loosest * 1.01
