@@ -21,7 +21,7 @@ TORCH_INDEX ?=
 # Tests run in a loopback-only network namespace where possible (see the script).
 NETNS := scripts/loopback-netns
 
-.PHONY: setup run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-replay bench-trace bench-aiperf bench-link gpu-check
+.PHONY: setup run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-replay bench-trace bench-serving-cost bench-aiperf bench-link gpu-check
 
 setup: $(STAMP)
 
@@ -132,6 +132,13 @@ TRACE ?= app/replay/data/azure_conv_2023.csv
 OUT ?= load_tests/results/trace_bench.json
 bench-trace: setup
 	$(NETNS) $(PY) -m load_tests.trace_bench --trace $(TRACE) --out $(OUT) $(if $(QUICK),--quick)
+
+# What the serving path costs, by process: CPU per 1,000 output tokens of every process
+# that is not an engine, idle and in closed loops at c=1/16/64, token gaps as a client sees
+# them, py-spy's top functions; vLLM's server beside splitserve (docs/performance.md).
+SERVING_COST_OUT ?= load_tests/results/serving_cost.json
+bench-serving-cost: setup
+	$(NETNS) $(PY) -m load_tests.serving_cost --out $(SERVING_COST_OUT)
 
 # NVIDIA's AIPerf and the project's load generator, same workload, against splitserve and
 # vLLM's server. AIPerf gets an environment of its own (the `aiperf` group of pyproject.toml).

@@ -66,7 +66,8 @@ def app_processes() -> list[psutil.Process]:
 class CpuSpent:
     """CPU seconds each group spent inside the ``with`` block (processes that exist when
     it starts), and the block's wall time: ``with CpuSpent() as spent: ...``, then
-    ``spent.seconds`` and ``spent.percent()``."""
+    ``spent.seconds``, ``spent.percent()`` and, per group, ``spent.by_group`` (each
+    process's PID and seconds)."""
 
     def __enter__(self) -> CpuSpent:
         self._before: dict[int, tuple[psutil.Process, float]] = {}
@@ -80,12 +81,16 @@ class CpuSpent:
     def __exit__(self, *exc: object) -> None:
         self.wall_s = time.perf_counter() - self._started
         seconds: dict[str, float] = defaultdict(float)
+        self.by_group: dict[str, list[tuple[int, float]]] = defaultdict(list)
         for process, start in self._before.values():
             try:
                 times = process.cpu_times()
             except psutil.Error:
                 continue
-            seconds[group_of(process)] += times.user + times.system - start
+            group = group_of(process)
+            spent = times.user + times.system - start
+            seconds[group] += spent
+            self.by_group[group].append((process.pid, spent))
         self.seconds = dict(sorted(seconds.items(), key=lambda item: -item[1]))
 
     def percent(self) -> dict[str, float]:
