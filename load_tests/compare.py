@@ -64,10 +64,17 @@ def splitserve(
     overrides: dict[str, Any] | None = None,
     cluster_env: bool = True,
     via_proxy: bool = False,
+    metrics_report_interval_ms: int | None = 1000,
 ) -> Iterator[str]:
+    """The app of ``config`` on this host; Ray exports metrics every second (the pools'
+    usage is read from them) unless ``metrics_report_interval_ms`` says otherwise (None:
+    Ray's default, 10 s, as `make run` has it)."""
     overrides = merge({"model": {"max_model_len": MAX_MODEL_LEN}}, overrides or {})
     with LocalApp(
-        config, overrides=overrides, cluster_env=cluster_env, metrics_report_interval_ms=1000
+        config,
+        overrides=overrides,
+        cluster_env=cluster_env,
+        metrics_report_interval_ms=metrics_report_interval_ms,
     ) as app:
         yield app.proxy_url if via_proxy else app.url
 

@@ -2,8 +2,9 @@
 
     scripts/loopback-netns .venv/bin/python -m load_tests.serving_cost   (make bench-serving-cost)
 
-For each system in turn (``--systems``, names of :data:`load_tests.compare.SYSTEMS`; cores
-as that module binds them): start it, warm it up, read every process group's CPU while it
+For each system in turn (``--systems``, from :data:`SYSTEMS`: vLLM's server and splitserve's
+configs as shipped, with Ray's default metrics export period; cores as
+:mod:`load_tests.compare` binds them): start it, warm it up, read every process group's CPU while it
 idles (``--idle-s``), then run closed loops of ``--input-len`` in / ``--output-len`` out at
 each ``--concurrency``. Per level:
 
@@ -36,22 +37,38 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from load_tests.compare import SYSTEMS, warm_up
+from load_tests.compare import splitserve, warm_up
 from load_tests.process_usage import CpuSpent, cpu_by_group
 from load_tests.run_conditions import machine
 from load_tests.stats import StreamTiming, summarize
 from load_tests.stream_bench import closed_loop
 from load_tests.workloads import fixed
+from tests.harness.vllm_server import vllm_server
 
 ENGINE_GROUPS = frozenset({"engine core", "engine worker"})
 STALL_S = 0.1
-DEFAULT_SYSTEMS = ["vLLM OpenAI server", "splitserve colocated", "splitserve disaggregated"]
+SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
+    "vLLM OpenAI server": vllm_server,
+    "splitserve colocated": lambda: splitserve(
+        "serve_configs/colocated.yaml", metrics_report_interval_ms=None
+    ),
+    "splitserve default": lambda: splitserve(
+        "serve_configs/default.yaml", metrics_report_interval_ms=None
+    ),
+    "splitserve, every prompt remote": lambda: splitserve(
+        "serve_configs/default.yaml",
+        {"router": {"local_prefill_below_tokens": 0}},
+        metrics_report_interval_ms=None,
+    ),
+}
 
 
 def per_kilo_token(seconds: dict[str, float], tokens: int) -> dict[str, float]:
@@ -229,7 +246,7 @@ def print_table(rows: dict[str, dict[str, Any]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--systems", nargs="*", choices=sorted(SYSTEMS), default=DEFAULT_SYSTEMS)
+    parser.add_argument("--systems", nargs="*", choices=list(SYSTEMS), default=list(SYSTEMS))
     parser.add_argument("--concurrency", nargs="*", type=int, default=[1, 16, 64])
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=256)
