@@ -36,6 +36,14 @@ class TransportConfig(Strict):
         description="UCX transports NIXL may use (UCX_TLS), e.g. `tcp` to force the network "
         "path between hosts, `rc,ud,sm,self` on RDMA fabrics; None lets UCX choose.",
     )
+    ucx_net_devices: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_.:\-]+(,[A-Za-z0-9_.:\-]+)*$",
+        description="Network devices UCX may listen on and use (UCX_NET_DEVICES), e.g. "
+        "`eth1` for the cluster's own network or `mlx5_0:1` for an RDMA port. None: `lo` "
+        "when `side_channel_host` is a loopback address (one host: UCX listens on no "
+        "other interface), else every device (UCX's default). `all`: every device.",
+    )
     prefill_queue_timeout_s: float = Field(
         10.0,
         gt=0,

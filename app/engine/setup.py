@@ -4,11 +4,13 @@ Pure translation of the validated config into what vLLM needs: ``AsyncEngineArgs
 KV transfer config (NixlConnector as ``kv_producer`` / ``kv_consumer``, the object-store
 connector, or both behind vLLM's MultiConnector) and the environment variables the
 engine's child processes inherit (core binding, KV cache size, NIXL side channel and
-progress thread, UCX transports). :class:`app.engine.server.EngineServer` applies them.
+progress thread, UCX transports and network devices).
+:class:`app.engine.server.EngineServer` applies them.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any, Literal
 
 from app.config import AppConfig, PoolConfig
@@ -66,7 +68,26 @@ def engine_environment(
         env[nixl_progress.POLL_ENV] = str(config.transport.nixl_progress_poll_ms * 1000)
         if config.transport.ucx_tls:
             env["UCX_TLS"] = config.transport.ucx_tls
+        devices = ucx_net_devices(
+            config.transport.ucx_net_devices, env["VLLM_NIXL_SIDE_CHANNEL_HOST"]
+        )
+        if devices is not None:
+            env["UCX_NET_DEVICES"] = devices
     return env
+
+
+def ucx_net_devices(configured: str | None, side_channel: str) -> str | None:
+    """UCX_NET_DEVICES for an engine whose NIXL side channel is ``side_channel``: as
+    configured; else ``lo`` for a loopback side channel (UCX's TCP transport would listen
+    on every interface, answering anyone who has a worker address); else None (UCX's
+    default: every device, what pools spread over hosts need unless told which)."""
+    if configured is not None:
+        return configured
+    try:
+        loopback = ipaddress.ip_address(side_channel).is_loopback
+    except ValueError:
+        loopback = side_channel == "localhost"
+    return "lo" if loopback else None
 
 
 def kv_transfer_config(role: Role, config: AppConfig, engine_id: str) -> Any:

@@ -23,6 +23,30 @@ def test_disaggregated_roles_get_side_channel_and_a_pausing_progress_thread():
     assert env[nixl_progress.ENV] == "1"
     assert env[nixl_progress.POLL_ENV] == "50000"
     assert "UCX_TLS" not in env
+    # A loopback side channel keeps UCX off every other interface too.
+    assert env["UCX_NET_DEVICES"] == "lo"
+
+
+@pytest.mark.parametrize(
+    ("transport", "devices"),
+    [
+        ({"side_channel_host": "::1"}, "lo"),
+        ({"side_channel_host": "localhost"}, "lo"),
+        ({"side_channel_host": "10.0.0.7"}, None),  # the cluster's network: UCX's default
+        ({"side_channel_host": "10.0.0.7", "ucx_net_devices": "eth1"}, "eth1"),
+        ({"ucx_net_devices": "mlx5_0:1,eth1"}, "mlx5_0:1,eth1"),
+        ({"ucx_net_devices": "all"}, "all"),
+    ],
+)
+def test_ucx_net_devices_follow_the_side_channel_unless_set(transport, devices):
+    env = _env(Role.PREFILL, **transport)
+    assert env.get("UCX_NET_DEVICES") == devices
+
+
+@pytest.mark.parametrize("bad", ["", "eth0; rm -rf /", "eth0 eth1", "eth0,"])
+def test_ucx_net_devices_refuses_junk(bad):
+    with pytest.raises(ValidationError, match="ucx_net_devices"):
+        AppConfig.model_validate({"transport": {"ucx_net_devices": bad}})
 
 
 def test_progress_thread_and_ucx_transports_are_configurable():
