@@ -208,3 +208,25 @@ def test_a_request_for_many_samples_counts_as_that_many_waiting():
         _admit(admission)
     wide.first_token()
     assert admission.waiting == 2
+
+
+def test_synchronized_bursts_the_pools_serve_in_time_are_admitted_whole():
+    """A closed loop whose clients finish together sends its next requests together: a
+    burst of 64 every few seconds, with stragglers between. The pools serve each burst
+    well within the limit (the last first token 1.2 s after the burst), so no burst may
+    be refused, although the stragglers between bursts leave a drain rate (first tokens
+    per busy second over the last 4 s) that alone predicts too long a wait for 64."""
+    clock = Clock()
+    admission = _admission(clock, ttft_budget_s=5.0, predicted_share=0.35)
+    for _ in range(8):
+        burst = [_admit(admission) for _ in range(64)]
+        for ticket in burst:  # first tokens in batches of 16, every 0.3 s
+            if burst.index(ticket) % 16 == 0:
+                clock.now += 0.3
+            ticket.first_token()
+        for _ in range(30):  # 5 s of stragglers, one waiting at a time
+            ticket = _admit(admission)
+            clock.now += 0.15
+            ticket.first_token()
+            clock.now += 0.02
+    assert admission.shed == 0
