@@ -1,13 +1,25 @@
-"""Free TCP ports on a host (the NIXL side channel, test and benchmark harnesses)."""
+"""Free TCP ports on a host (the NIXL side channel, test and benchmark harnesses), and
+whether an address is loopback."""
 
 from __future__ import annotations
 
+import ipaddress
 import random
 import socket
 from pathlib import Path
 
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LISTEN_PORTS_FROM = 10000  # below: well-known and commonly configured service ports
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is reachable from this host only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to any address
 
 
 def free_port(host: str) -> int:

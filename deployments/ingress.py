@@ -35,12 +35,26 @@ logger = logging.getLogger("ray.serve")
 FIRST_LOOK_S = 2.0
 
 
+async def serve_http_host() -> str:
+    """The address Serve's HTTP servers bind (``http_options.host``): its proxies' and,
+    with direct ingress, this replica's own."""
+    import ray
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    options = await controller.get_http_config.remote()
+    return str(options.host)
+
+
 @serve.ingress()
 class Ingress:
     """vLLM's OpenAI layer in front; its engine requests drive prefill, then decode."""
 
     @keeping_serve_logs  # vLLM's logging set-up closes Serve's log handler
     async def __init__(self, config: AppConfig, decode: Any, prefill: Any = None) -> None:  # type: ignore[misc]
+        api_key = config.ingress.key()  # the environment's, the file's or the config's
+        # No API open to the network without a key, before anything is loaded.
+        config.ingress.check_exposure(await serve_http_host(), api_key)
         if config.ingress.cpu_affinity is not None:
             cores = pin_process(config.ingress.cpu_affinity, "ingress.cpu_affinity")
             logger.info("ingress bound to cores %s", sorted(cores))
@@ -108,7 +122,6 @@ class Ingress:
                 "them before `serve run` or `ray start`, as `make run` does.",
                 " ".join(missing),
             )
-        api_key = config.ingress.key()  # the environment's, the file's or the config's
         self._server = OpenAIServer(
             serving,
             config.ingress,

@@ -10,6 +10,11 @@ SIGINT (Ctrl-C, which the terminal sends only to this process) into one SIGINT f
 child: Serve's own clean shutdown. It exits with the child's status (0 when stopped so).
 A second signal while stopping is ignored. ``make run`` uses it.
 
+Before it starts anything it checks what the ingress would refuse at its start, so the
+error comes at once and alone instead of after Ray's start, in a replica's traceback: a
+config that serves the API on an address other hosts reach with no API key
+(``IngressConfig.check_exposure``); an invalid config. It exits 2 naming what is wrong.
+
 It also prints when the app is ready: the moment its ``/health`` first answers 200,
 which the ingress does only once every pool has a warm replica serving
 (:mod:`app.api.readiness`), so a client may start then.
@@ -30,6 +35,11 @@ from types import FrameType
 
 
 def main(argv: list[str]) -> int:
+    if argv and Path(argv[0]).is_file():
+        problem = preflight(argv[0])
+        if problem is not None:
+            print(f"splitserve: {argv[0]}: {problem}", file=sys.stderr, flush=True)
+            return 2
     child = subprocess.Popen(
         [sys.executable, "-m", "ray.serve.scripts", "run", *argv],
         start_new_session=True,  # signals reach it only through this process
@@ -56,6 +66,30 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     return child.wait()
+
+
+def preflight(config: str) -> str | None:
+    """What in the Serve config file ``config`` would keep the app from starting, or None.
+
+    Only splitserve's own config files are read (one application, its builder): for
+    another file, None, and Serve judges it."""
+    import yaml
+    from pydantic import ValidationError
+
+    from app.config import AppConfig, serve_file_args
+
+    try:
+        args = serve_file_args(config)
+    except (ValueError, OSError, yaml.YAMLError):
+        return None  # not one of ours: Serve reads it
+    try:
+        ingress = AppConfig.model_validate(args).ingress
+        with open(config) as f:
+            options = (yaml.safe_load(f) or {}).get("http_options") or {}
+        ingress.check_exposure(str(options.get("host") or "127.0.0.1"), ingress.key())
+    except (ValidationError, ValueError) as exc:
+        return str(exc)
+    return None
 
 
 def _health_urls(config: str) -> list[str]:

@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from app.config.base import Strict
 from app.engine.cpu_affinity import CORE_LIST
+from app.net import is_loopback
 
 
 class AutoscalingConfig(Strict):
@@ -271,6 +272,12 @@ class IngressConfig(DeploymentOptions):
         "environment variable SPLITSERVE_API_KEY in the ingress replica, which override "
         "it (the environment first). /health stays open. Engine replicas never get it.",
     )
+    allow_network_without_key: bool = Field(
+        False,
+        description="Serve the API on an address other hosts can reach (http_options.host "
+        "not loopback) without an API key, where a firewall or an authenticating proxy of "
+        "your own guards the port. Off: the ingress refuses to start there without a key.",
+    )
     api_key_file: str | None = Field(
         None,
         min_length=1,
@@ -294,6 +301,20 @@ class IngressConfig(DeploymentOptions):
         if self.api_key_file is not None:
             return read_key_file(self.api_key_file)
         return None if self.api_key is None else self.api_key.get_secret_value()
+
+    def check_exposure(self, host: str, key: str | None) -> None:
+        """Refuse (``ValueError``, naming the ways out) to serve the API on ``host`` when
+        other hosts can reach it and no key guards it, unless
+        ``allow_network_without_key`` says something else does."""
+        if key is not None or self.allow_network_without_key or is_loopback(host):
+            return
+        raise ValueError(
+            f"the API would be served on {host} (http_options.host), which other hosts can "
+            "reach, with no API key: set one (SPLITSERVE_API_KEY in the ingress's "
+            "environment, ingress.api_key_file or ingress.api_key), serve on 127.0.0.1, "
+            "or, where a firewall or a proxy of your own guards the port, set "
+            "ingress.allow_network_without_key: true"
+        )
 
     def without_key(self) -> IngressConfig:
         """This config less the key, for replicas that do not check it (the pools)."""

@@ -10,7 +10,6 @@ progress thread, UCX transports and network devices).
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any, Literal
 
 from app.config import AppConfig, PoolConfig
@@ -18,6 +17,7 @@ from app.engine import core_claim
 from app.flow.records import Role
 from app.kv import lease_release, nixl_progress, read_deadline
 from app.kv.fallback import Transport, engine_transports, nixl_installed
+from app.net import is_loopback
 
 
 def _on_gpu() -> bool:
@@ -83,11 +83,7 @@ def ucx_net_devices(configured: str | None, side_channel: str) -> str | None:
     default: every device, what pools spread over hosts need unless told which)."""
     if configured is not None:
         return configured
-    try:
-        loopback = ipaddress.ip_address(side_channel).is_loopback
-    except ValueError:
-        loopback = side_channel == "localhost"
-    return "lo" if loopback else None
+    return "lo" if is_loopback(side_channel) else None
 
 
 def kv_transfer_config(role: Role, config: AppConfig, engine_id: str) -> Any:

@@ -26,6 +26,9 @@ from tests.harness.local_app import config_args, merge
 ROOT = Path(__file__).resolve().parents[2]
 TESTNET = str(ROOT / "scripts" / "testnet")
 NAMESPACE_PREFIX = "splitserve-"
+# The API is served on the head's address, which other hosts reach: the ingress refuses
+# to start there without a key (ingress.check_exposure), so every app deployed here has one.
+API_KEY = "splitserve-testnet-api-key"
 
 
 # Prefill (and the ingress) on host a, decode on host b; UCX limited to TCP so the KV
@@ -149,11 +152,13 @@ class TestnetCluster:
         return self
 
     def deploy(self, args: dict[str, Any], name: str, route_prefix: str) -> str:
+        """Deploy the app of ``args``, guarded by :data:`API_KEY`; its URL once ready."""
         from ray import serve
 
         from deployments.builder import build_app
         from tests.harness.local_app import wait_ready
 
+        args = merge(args, {"ingress": {"api_key": API_KEY}})
         serve.run(build_app(args), name=name, route_prefix=route_prefix)
         url = self.url + route_prefix.rstrip("/")
         wait_ready(url)

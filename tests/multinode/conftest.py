@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.harness.local_app import config_args, merge
-from tests.harness.testnet_cluster import TestnetCluster, inside_testnet, two_host_args
+from tests.harness.testnet_cluster import API_KEY, TestnetCluster, inside_testnet, two_host_args
 
 CONFIGS = Path(__file__).parents[2] / "serve_configs"
 
@@ -57,5 +57,5 @@ def multinode() -> Any:
 def http(multinode: MultiNode) -> Any:
     import httpx
 
-    with httpx.Client(timeout=120) as client:
+    with httpx.Client(timeout=120, headers={"Authorization": f"Bearer {API_KEY}"}) as client:
         yield client

@@ -244,6 +244,31 @@ def test_a_config_that_serves_every_interface_asks_for_a_key(path):
         assert ingress.api_key_file is not None or ingress.api_key is not None, path.name
 
 
+@pytest.mark.parametrize(
+    ("host", "key", "allowed", "refused"),
+    [
+        ("127.0.0.1", None, False, False),
+        ("::1", None, False, False),
+        ("localhost", None, False, False),
+        ("0.0.0.0", None, False, True),
+        ("::", None, False, True),
+        ("198.18.0.1", None, False, True),
+        ("api.internal", None, False, True),  # a name may resolve to any address
+        ("0.0.0.0", KEY, False, False),
+        ("0.0.0.0", None, True, False),  # a firewall or a proxy of the operator's guards it
+    ],
+)
+def test_the_api_is_not_served_to_the_network_without_a_key(host, key, allowed, refused):
+    from app.config import IngressConfig
+
+    ingress = IngressConfig(allow_network_without_key=allowed)
+    if refused:
+        with pytest.raises(ValueError, match=rf"served on {host} .*no API key.*127\.0\.0\.1"):
+            ingress.check_exposure(host, key)
+    else:
+        ingress.check_exposure(host, key)
+
+
 def test_a_missing_key_file_is_an_error_naming_it(tmp_path):
     from app.config import IngressConfig
 
