@@ -1,7 +1,8 @@
 """vLLM's NIXL connector, refusing late reads and reporting each read: bytes and seconds.
 
 :class:`TimedNixlConnector` is vLLM's ``NixlConnector`` (the pull connector), unchanged
-but for two things on a decode engine.
+but for two things on a decode engine, and, on every engine, a handshake listener that a
+malformed message does not end (:mod:`app.kv.side_channel`).
 
 It refuses a read whose deadline has passed (:mod:`app.kv.read_deadline`): the
 scheduler side passes each new read's deadline to the worker side with the step's
@@ -31,6 +32,7 @@ from typing import Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlPullConnector
 
+from app.kv import side_channel
 from app.kv.kv_read import READ_BYTES, READ_SECONDS
 from app.kv.read_deadline import READ_BY, READER, RefusedReads, late_reads
 
@@ -46,6 +48,10 @@ class TimedNixlConnector(NixlPullConnector):
         self._block_bytes = sum(t.size for t in tensors) // blocks if blocks else 0
         self._reads: dict[str, list[float]] = {}  # request -> [start, end, bytes]
         self.refused_reads = RefusedReads()  # worker side: reads refused as late
+        if self.connector_scheduler is not None:
+            # A handshake listener that a malformed message does not end (app.kv.side_channel).
+            scheduler: Any = self.connector_scheduler
+            scheduler._nixl_handshake_listener = side_channel.handshake_listener
 
     def build_connector_meta(self, scheduler_output: Any) -> Any:
         # The deadlines of the reads this step starts (the base clears its list of them).
