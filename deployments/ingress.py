@@ -52,9 +52,9 @@ class Ingress:
 
     @keeping_serve_logs  # vLLM's logging set-up closes Serve's log handler
     async def __init__(self, config: AppConfig, decode: Any, prefill: Any = None) -> None:  # type: ignore[misc]
-        api_key = config.ingress.key()  # the environment's, the file's or the config's
+        api_keys = config.ingress.keys()  # the environment's, the file's or the config's
         # No API open to the network without a key, before anything is loaded.
-        config.ingress.check_exposure(await serve_http_host(), api_key)
+        config.ingress.check_exposure(await serve_http_host(), api_keys)
         if config.ingress.cpu_affinity is not None:
             cores = pin_process(config.ingress.cpu_affinity, "ingress.cpu_affinity")
             logger.info("ingress bound to cores %s", sorted(cores))
@@ -125,7 +125,7 @@ class Ingress:
         self._server = OpenAIServer(
             serving,
             config.ingress,
-            api_key,
+            api_keys,
             metrics_page=RayMetricsExport(application).page,
             on_arrival=self._demand.arrived,
             readiness=self._readiness,

@@ -86,7 +86,7 @@ def preflight(config: str) -> str | None:
         ingress = AppConfig.model_validate(args).ingress
         with open(config) as f:
             options = (yaml.safe_load(f) or {}).get("http_options") or {}
-        ingress.check_exposure(str(options.get("host") or "127.0.0.1"), ingress.key())
+        ingress.check_exposure(str(options.get("host") or "127.0.0.1"), ingress.keys())
     except (ValidationError, ValueError) as exc:
         return str(exc)
     return None

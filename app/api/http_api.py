@@ -59,7 +59,7 @@ class OpenAIServer:
         self,
         serving: OpenAIServing,
         config: IngressConfig,
-        api_key: str | None,
+        api_key: str | tuple[str, ...] | None,
         metrics_page: MetricsPage | None = None,
         on_arrival: Callable[[], None] | None = None,
         readiness: Readiness | None = None,
@@ -71,7 +71,8 @@ class OpenAIServer:
 
         self.serving = serving
         self.config = config
-        self.api_key = api_key
+        # Any of these keys is accepted (a rotation keeps the old one a while).
+        self.api_keys = (api_key,) if isinstance(api_key, str) else tuple(api_key or ())
         self.metrics_page = metrics_page
         self.on_arrival = on_arrival  # each generation request, before admission
         # None: the pools are taken as ready (tests over fake pools).
@@ -344,12 +345,13 @@ class OpenAIServer:
         return validate(model, body)
 
     def _authorize(self, request: Request) -> None:
-        if self.api_key is None:
+        if not self.api_keys:
             return
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            token.strip().encode(), self.api_key.encode()
-        ):
+        sent = token.strip().encode()
+        # Every key is compared, so the time taken does not say which one came close.
+        matches = [hmac.compare_digest(sent, key.encode()) for key in self.api_keys]
+        if scheme.lower() != "bearer" or not any(matches):
             raise APIError(
                 "missing or incorrect API key: send `Authorization: Bearer <key>`",
                 HTTPStatus.UNAUTHORIZED,

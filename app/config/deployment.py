@@ -281,7 +281,9 @@ class IngressConfig(DeploymentOptions):
     api_key_file: str | None = Field(
         None,
         min_length=1,
-        description="A file holding the API key (one line), read when the ingress starts; "
+        description="A file holding the API key, or several, one a line (any of them is "
+        "accepted: rotate a key by adding the new one, then removing the old), read when "
+        "the ingress starts; "
         "refused unless only its owner may read it (mode 0600 or 0400), as ssh refuses "
         "a private key others can read.",
     )
@@ -293,20 +295,24 @@ class IngressConfig(DeploymentOptions):
             check_key(key.get_secret_value(), "ingress.api_key")
         return key
 
-    def key(self, environ: Mapping[str, str] = os.environ) -> str | None:
-        """The API key in force: SPLITSERVE_API_KEY, else ``api_key_file``'s, else
-        ``api_key``'s; None: no key. Raises ``ValueError`` naming what is wrong."""
+    def keys(self, environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+        """The API keys in force, any of which a request may send: SPLITSERVE_API_KEY's
+        (several separated by commas), else ``api_key_file``'s (one a line; blank lines
+        and ``#`` comments skipped), else ``api_key``; empty: no key. Several keys let a
+        key be rotated without a moment when neither works. Raises ``ValueError`` naming
+        what is wrong."""
         if environ.get("SPLITSERVE_API_KEY"):
-            return check_key(environ["SPLITSERVE_API_KEY"], "SPLITSERVE_API_KEY")
+            found = environ["SPLITSERVE_API_KEY"].split(",")
+            return tuple(check_key(key, "SPLITSERVE_API_KEY") for key in found)
         if self.api_key_file is not None:
             return read_key_file(self.api_key_file)
-        return None if self.api_key is None else self.api_key.get_secret_value()
+        return () if self.api_key is None else (self.api_key.get_secret_value(),)
 
-    def check_exposure(self, host: str, key: str | None) -> None:
+    def check_exposure(self, host: str, keys: tuple[str, ...]) -> None:
         """Refuse (``ValueError``, naming the ways out) to serve the API on ``host`` when
-        other hosts can reach it and no key guards it, unless
+        other hosts can reach it and no key (``keys`` empty) guards it, unless
         ``allow_network_without_key`` says something else does."""
-        if key is not None or self.allow_network_without_key or is_loopback(host):
+        if keys or self.allow_network_without_key or is_loopback(host):
             return
         raise ValueError(
             f"the API would be served on {host} (http_options.host), which other hosts can "
@@ -334,8 +340,8 @@ def check_key(key: str, where: str) -> str:
     return key
 
 
-def read_key_file(path: str) -> str:
-    """The key in ``path``, which only its owner may read."""
+def read_key_file(path: str) -> tuple[str, ...]:
+    """The keys in ``path`` (one a line), which only its owner may read."""
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
@@ -346,4 +352,9 @@ def read_key_file(path: str) -> str:
             "`chmod 600` it"
         )
     with open(path, encoding="utf-8") as file:
-        return check_key(file.read(), f"ingress.api_key_file {path}")
+        lines = [line.strip() for line in file]
+    where = f"ingress.api_key_file {path}"
+    keys = tuple(check_key(line, where) for line in lines if line and not line.startswith("#"))
+    if not keys:
+        raise ValueError(f"{where} holds no key")
+    return keys

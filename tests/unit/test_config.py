@@ -185,7 +185,7 @@ KEY = "s3cret-" + "k" * 16
 def test_the_api_key_never_prints_and_a_short_one_is_refused():
     config = AppConfig.model_validate({"ingress": {"api_key": KEY}})
     assert KEY not in repr(config) and KEY not in str(config.ingress)
-    assert config.ingress.key(environ={}) == KEY
+    assert config.ingress.keys(environ={}) == (KEY,)
     with pytest.raises(ValidationError, match="at least 16 characters"):
         AppConfig.model_validate({"ingress": {"api_key": "x"}})
 
@@ -199,11 +199,30 @@ def test_the_key_comes_from_the_environment_then_a_private_file_then_the_config(
     path.write_text("f" * 20 + "\n")
     os.chmod(path, 0o600)
     ingress = IngressConfig(api_key=KEY, api_key_file=str(path))
-    assert ingress.key(environ={}) == "f" * 20
-    assert ingress.key(environ={"SPLITSERVE_API_KEY": "e" * 16}) == "e" * 16
+    assert ingress.keys(environ={}) == ("f" * 20,)
+    assert ingress.keys(environ={"SPLITSERVE_API_KEY": "e" * 16}) == ("e" * 16,)
     os.chmod(path, 0o644)
     with pytest.raises(ValueError, match="readable by others"):
-        ingress.key(environ={})
+        ingress.keys(environ={})
+
+
+def test_several_keys_are_accepted_for_a_rotation_each_checked(tmp_path):
+    import os
+
+    from app.config import IngressConfig
+
+    path = tmp_path / "keys"
+    path.write_text("# the new key, then the old one\n" + "n" * 20 + "\n\n" + "o" * 20 + "\n")
+    os.chmod(path, 0o600)
+    ingress = IngressConfig(api_key_file=str(path))
+    assert ingress.keys(environ={}) == ("n" * 20, "o" * 20)
+    both = {"SPLITSERVE_API_KEY": "a" * 16 + "," + "b" * 16}
+    assert ingress.keys(environ=both) == ("a" * 16, "b" * 16)
+    with pytest.raises(ValueError, match="SPLITSERVE_API_KEY: an API key needs at least 16"):
+        ingress.keys(environ={"SPLITSERVE_API_KEY": "a" * 16 + ",short"})
+    path.write_text("# nothing but a comment\n")
+    with pytest.raises(ValueError, match="holds no key"):
+        ingress.keys(environ={})
 
 
 def test_the_engine_replicas_are_built_without_the_key():
@@ -254,7 +273,7 @@ def test_a_config_that_serves_every_interface_asks_for_a_key(path):
         ("::", None, False, True),
         ("198.18.0.1", None, False, True),
         ("api.internal", None, False, True),  # a name may resolve to any address
-        ("0.0.0.0", KEY, False, False),
+        ("0.0.0.0", (KEY,), False, False),
         ("0.0.0.0", None, True, False),  # a firewall or a proxy of the operator's guards it
     ],
 )
@@ -262,6 +281,7 @@ def test_the_api_is_not_served_to_the_network_without_a_key(host, key, allowed, 
     from app.config import IngressConfig
 
     ingress = IngressConfig(allow_network_without_key=allowed)
+    key = key or ()
     if refused:
         with pytest.raises(ValueError, match=rf"served on {host} .*no API key.*127\.0\.0\.1"):
             ingress.check_exposure(host, key)
@@ -273,7 +293,7 @@ def test_a_missing_key_file_is_an_error_naming_it(tmp_path):
     from app.config import IngressConfig
 
     with pytest.raises(ValueError, match=r"api_key_file .*No such file"):
-        IngressConfig(api_key_file=str(tmp_path / "none")).key(environ={})
+        IngressConfig(api_key_file=str(tmp_path / "none")).keys(environ={})
 
 
 def test_colocated_two_runs_one_engine_per_core_as_the_default_app_does():

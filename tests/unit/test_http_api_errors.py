@@ -155,6 +155,14 @@ def test_api_key_guards_the_api_but_not_health(engine_client):
     assert ok.status_code == 200
 
 
+def test_any_of_several_keys_is_accepted(engine_client):
+    client = make_client(engine_client, api_key=("the-new-key", "the-old-key"))
+    for key, status in (("the-new-key", 200), ("the-old-key", 200), ("the-new-ke", 401)):
+        headers = {"authorization": f"Bearer {key}"}
+        r = client.post("/v1/completions", json={"prompt": "hi"}, headers=headers)
+        assert r.status_code == status, key
+
+
 def test_metrics_are_prometheus_text_without_the_api_key(engine_client):
     async def page():
         return 'vllm:num_requests_running{pool="decode",replica="r1"} 2.0\n'
