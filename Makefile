@@ -74,9 +74,10 @@ test: setup
 	@if scripts/testnet check; then $(MAKE) --no-print-directory test-multinode; \
 	else echo "two-host tests skipped: they need root and ip netns (make test-multinode)"; fi
 
-# Prefill and decode on two test hosts (network namespaces, scripts/testnet; needs root).
+# Prefill and decode on two test hosts, and a third, an outsider (network namespaces,
+# scripts/testnet; needs root).
 test-multinode: setup
-	scripts/testnet up 2
+	scripts/testnet up 3
 	scripts/testnet exec a $(PY) -m pytest -q -ra tests/multinode; rc=$$?; scripts/testnet down; exit $$rc
 
 test-unit: setup
