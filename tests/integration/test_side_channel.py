@@ -6,6 +6,7 @@ import msgspec
 import psutil
 import zmq
 
+from tests.harness.side_channel_client import ask, metadata_request
 from tests.integration.faults import call
 from tests.integration.helpers import GREEDY, random_prompt
 
@@ -26,31 +27,14 @@ def _side_channel(deployment: str) -> str:
     raise AssertionError(f"no engine process of {deployment} has a side channel")
 
 
-def _ask(context, address: str, frames: list[bytes], timeout_ms: int) -> list[bytes] | None:
-    sock = context.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
-    sock.connect(address)
-    try:
-        sock.send_multipart(frames)
-        return sock.recv_multipart()
-    except zmq.Again:
-        return None
-    finally:
-        sock.close()
-
-
 def test_the_side_channel_survives_malformed_messages(apps):
-    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata import GET_META_MSG
-
     context = zmq.Context()
     try:
         for deployment in ("Prefill", "Decode"):
             address = _side_channel(deployment)
             for frames in JUNK:
-                assert _ask(context, address, frames, timeout_ms=300) is None
-            valid = [b"", msgspec.msgpack.encode([GET_META_MSG, 0, 0])]
-            answer = _ask(context, address, valid, timeout_ms=5000)
+                assert ask(context, address, frames, timeout_ms=300) is None
+            answer = ask(context, address, metadata_request(), timeout_ms=5000)
             assert answer is not None and len(answer) == 3, (deployment, answer)
     finally:
         context.term()

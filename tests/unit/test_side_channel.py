@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import msgspec
 import pytest
@@ -14,6 +13,7 @@ import zmq
 
 from app.kv.side_channel import handshake_listener, read_request
 from app.net import free_port
+from tests.harness.side_channel_client import ask, metadata_request
 
 GET_META_MSG = pytest.importorskip(
     "vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata"
@@ -45,32 +45,13 @@ def listening(listener: Callable[..., None]) -> Iterator[tuple[str, threading.Th
         thread.join(5)
 
 
-def _ask(context: Any, address: str, frames: list[bytes], timeout_ms: int = 3000) -> Any:
-    sock = context.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
-    sock.connect(address)
-    try:
-        sock.send_multipart(frames)
-        try:
-            return sock.recv_multipart()
-        except zmq.Again:
-            return None
-    finally:
-        sock.close()
-
-
-def _valid() -> list[bytes]:
-    return [b"", msgspec.msgpack.encode([GET_META_MSG, 0, 0])]
-
-
 def test_the_listener_answers_after_every_kind_of_junk():
     context = zmq.Context()
     try:
         with listening(handshake_listener) as (address, thread):
             for frames in JUNK:
-                assert _ask(context, address, frames, timeout_ms=300) is None
-            answer = _ask(context, address, _valid())
+                assert ask(context, address, frames, timeout_ms=300) is None
+            answer = ask(context, address, metadata_request())
             assert answer is not None and answer[1] == METADATA[(0, 0)]
             assert thread.is_alive()
     finally:
@@ -87,11 +68,11 @@ def test_vllms_own_listener_ends_on_one_malformed_message():
     context = zmq.Context()
     try:
         with listening(NixlBaseConnectorScheduler._nixl_handshake_listener) as (address, thread):
-            assert _ask(context, address, _valid()) is not None  # it works...
-            _ask(context, address, JUNK[0], timeout_ms=300)
+            assert ask(context, address, metadata_request()) is not None  # it works...
+            ask(context, address, JUNK[0], timeout_ms=300)
             thread.join(5)
             assert not thread.is_alive()  # ...until one frame too few
-            assert _ask(context, address, _valid(), timeout_ms=500) is None
+            assert ask(context, address, metadata_request(), timeout_ms=500) is None
     finally:
         context.term()
 
@@ -101,4 +82,7 @@ def test_read_request_says_what_is_wrong():
         read_request([b"id", b"x"], METADATA, GET_META_MSG)
     with pytest.raises(ValueError, match="does not serve"):
         read_request([b"id", *JUNK[4]], METADATA, GET_META_MSG)
-    assert read_request([b"id", *_valid()], METADATA, GET_META_MSG) == (b"id", METADATA[(0, 0)])
+    assert read_request([b"id", *metadata_request()], METADATA, GET_META_MSG) == (
+        b"id",
+        METADATA[(0, 0)],
+    )
