@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.planning import assumptions
 from app.planning.checks import Workload, advise
 from app.planning.goodput import add_slo_options, slo_from_options
 from app.planning.kv_size import KVShape, shape_from_model, transfer_seconds, wire_seconds
@@ -164,6 +165,7 @@ def cmd_advise(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             args.cores,
         )
         return by_trace, trace_advice.table(by_trace)
+    defaulted = assumptions.fill_advise_defaults(args)  # and say so under the table
     if args.result:
         from app.planning import measured
 
@@ -175,7 +177,9 @@ def cmd_advise(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     else:
         workload = workload_from_figures(args)
     advice = advise(workload)
-    return {"workload": workload.__dict__, **advice.to_json()}, advice.table()
+    assumed = assumptions.for_advice(args.model, workload, defaulted)
+    answer = {"workload": workload.__dict__, **advice.to_json(), "assumes": assumed}
+    return answer, "\n".join([advice.table(), *assumptions.lines(assumed)])
 
 
 def cmd_profile(args: argparse.Namespace) -> dict[str, Any]:
@@ -234,7 +238,13 @@ def cmd_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     ]
     lines.append(f"\nbest: {rows[0]['topology']} (SLO TTFT <= {args.slo_ttft_ms:g} ms, "
                  f"TPOT <= {args.slo_tpot_ms:g} ms, >= {target:.0%} of requests)")  # fmt: skip
-    return {"plans": rows, "mix": args.mix, "profile": args.profile}, "\n".join(lines)
+    assumed = assumptions.for_plan(
+        args.profile, profile.conditions, args.model, kv_bytes, args.link_gbps,
+        args.accelerators, args.frontend, args.cores,
+    )  # fmt: skip
+    lines += assumptions.lines(assumed)
+    answer = {"plans": rows, "mix": args.mix, "profile": args.profile, "assumes": assumed}
+    return answer, "\n".join(lines)
 
 
 def _model_options(parser: argparse.ArgumentParser) -> None:
@@ -300,9 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     adv.add_argument("--ttft-ms", type=float, help="with --tpot-ms: derives the decode share")
     adv.add_argument("--tpot-ms", type=float)
     adv.add_argument("--prefix-hit-rate", type=float, default=0.0)
-    adv.add_argument("--accelerators", type=int, default=8)
-    adv.add_argument("--network-gbps", type=float, default=100.0)
-    adv.add_argument("--network", choices=("rdma", "tcp"), default="rdma")
+    adv.add_argument("--accelerators", type=int, help="default 8, said in the output")
+    adv.add_argument("--network-gbps", type=float, help="default 100, said in the output")
+    adv.add_argument("--network", choices=("rdma", "tcp"), help="default rdma, said so")
 
     prof = commands.add_parser("profile", help="measure one engine's costs on this machine")
     prof.add_argument("--config", default="serve_configs/default.yaml")

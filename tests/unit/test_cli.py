@@ -167,6 +167,41 @@ def test_plan_charges_the_front_end_on_shared_cores(capsys, tmp_path):
         assert rate < free[topology], (topology, rate, free[topology])
 
 
+def test_advise_says_what_it_assumed_and_which_figures_are_defaults(capsys, model_dir):
+    argv = ["advise", "--model", model_dir, "--prompt-tokens", "4096", "--output-tokens", "64"]
+    argv += ["--ttft-ms", "900", "--tpot-ms", "20"]
+    code, out, _ = run(capsys, *argv)
+    assert code == 0
+    assumed = out.split("assumes:")[1]
+    assert f"model: {model_dir}, 327,680 KV bytes per token" in assumed
+    assert "accelerators: 8 (a default: the command line named none)" in assumed
+    assert "network: 100 Gb/s RDMA (a default" in assumed
+    code, out, _ = run(capsys, *argv, "--accelerators", "2", "--network", "tcp", "--json")
+    assumes = json.loads(out)["assumes"]
+    assert assumes["accelerators"] == "2"
+    assert assumes["network"] == "100 Gb/s TCP (a default: the command line named none)"
+
+
+def test_plan_says_which_engine_model_hardware_and_network_it_assumed(capsys, tmp_path):
+    profile = EngineProfile(
+        prefill=[(0, 0.0), (2000, 0.002)],
+        decode=[(1, 0.002), (64, 0.01)],
+        conditions={"model": "builtin:tiny-llama", "cpu": "Some CPU"},
+    )
+    profile.save(tmp_path / "p.json")
+    common = ["plan", "--profile", str(tmp_path / "p.json"), "--accelerators", "2",
+              "--requests", "40", "--seconds", "3"]  # fmt: skip
+    code, out, _ = run(capsys, *common)
+    assert code == 0
+    assert "model builtin:tiny-llama, cpu Some CPU" in out
+    assert "network: none: KV transfers take no time" in out
+    assert "accelerators: 2, every layout on the same number" in out
+    code, out, _ = run(capsys, *common, "--link-gbps", "25", "--json")
+    assumes = json.loads(out)["assumes"]
+    assert assumes["network"] == "a 25 Gb/s link for every transfer"
+    assert "KV bytes per token" in assumes["model"]
+
+
 def test_mix_parsing():
     assert parse_mix("128:128:0.8,1536:8:0.2") == [(128, 128, 0.8), (1536, 8, 0.2)]
     for bad in ("128:128", "128:128:0.5", "0:1:1", "a:b:c"):
