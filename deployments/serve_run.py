@@ -32,6 +32,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 
 def main(argv: list[str]) -> int:
@@ -84,22 +85,31 @@ def preflight(config: str) -> str | None:
         return None  # not one of ours: Serve reads it
     try:
         ingress = AppConfig.model_validate(args).ingress
-        with open(config) as f:
-            options = (yaml.safe_load(f) or {}).get("http_options") or {}
-        ingress.check_exposure(str(options.get("host") or "127.0.0.1"), ingress.keys())
+        ingress.check_exposure(_http_host(_http_options(config)), ingress.keys())
     except (ValidationError, ValueError) as exc:
         return str(exc)
     return None
 
 
-def _health_urls(config: str) -> list[str]:
-    """Where the app's ``/health`` answers: Serve's proxy (the file's ``http_options``) and
-    the ingress's own port when Serve's direct ingress is on (``make run``)."""
+def _http_options(config: str) -> dict[str, Any]:
+    """The Serve config file's ``http_options`` ({} when it has none)."""
     import yaml
 
     with open(config) as f:
-        options = (yaml.safe_load(f) or {}).get("http_options") or {}
-    host = str(options.get("host") or "127.0.0.1")
+        options: dict[str, Any] = (yaml.safe_load(f) or {}).get("http_options") or {}
+    return options
+
+
+def _http_host(options: dict[str, Any]) -> str:
+    """The address Serve's HTTP servers bind: the file's, else Serve's default."""
+    return str(options.get("host") or "127.0.0.1")
+
+
+def _health_urls(config: str) -> list[str]:
+    """Where the app's ``/health`` answers: Serve's proxy (the file's ``http_options``) and
+    the ingress's own port when Serve's direct ingress is on (``make run``)."""
+    options = _http_options(config)
+    host = _http_host(options)
     host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     urls = [f"http://{host}:{int(options.get('port') or 8000)}"]
     if os.environ.get("RAY_SERVE_ENABLE_DIRECT_INGRESS") == "1":
