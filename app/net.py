@@ -1,5 +1,5 @@
-"""Free TCP ports on a host (the NIXL side channel, test and benchmark harnesses), and
-whether an address is loopback."""
+"""Free TCP ports on a host (the NIXL side channel, test and benchmark harnesses), whether
+an address is loopback, and this host's address and interface in a given network."""
 
 from __future__ import annotations
 
@@ -20,6 +20,41 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False  # a name: it may resolve to any address
+
+
+def is_network(host: str) -> bool:
+    """Whether ``host`` names a network (``10.1.0.0/16``) rather than one address."""
+    return "/" in host
+
+
+def address_in(network: str) -> tuple[str, str]:
+    """This host's address in ``network`` (``10.1.0.0/16``) and the interface holding it;
+    ``ValueError`` naming the network and this host's addresses when it has none there."""
+    import psutil
+
+    wanted = ipaddress.ip_network(network, strict=False)
+    seen: list[str] = []
+    for interface, addresses in sorted(psutil.net_if_addrs().items()):
+        for entry in addresses:
+            if entry.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            address = entry.address.split("%")[0]  # an IPv6 link-local's scope
+            seen.append(f"{address} ({interface})")
+            if ipaddress.ip_address(address) in wanted:
+                return address, interface
+    raise ValueError(
+        f"this host has no address in {network}; its addresses: {', '.join(seen) or 'none'}"
+    )
+
+
+def interface_of(address: str) -> str | None:
+    """The interface holding ``address`` on this host, or None."""
+    import psutil
+
+    for interface, addresses in psutil.net_if_addrs().items():
+        if any(entry.address.split("%")[0] == address for entry in addresses):
+            return str(interface)
+    return None
 
 
 def free_port(host: str) -> int:

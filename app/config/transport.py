@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from app.config.base import Strict
 
@@ -27,8 +28,11 @@ class TransportConfig(Strict):
         "127.0.0.1",
         min_length=1,
         description="Address each engine's NIXL handshake listener binds and advertises. "
-        "`auto`: the address of the Ray node the replica runs on (what pools spread over "
-        "several machines need); `127.0.0.1` keeps a single machine's traffic on loopback.",
+        "`127.0.0.1` keeps a single machine's traffic on loopback. A network, e.g. "
+        "`10.1.0.0/16`: each host's own address in it (the cluster's private network, "
+        "which hosts outside it cannot reach; UCX then uses only that interface unless "
+        "`ucx_net_devices` says otherwise). `auto`: the address of the Ray node the "
+        "replica runs on (reachable by anyone on that network).",
     )
     ucx_tls: str | None = Field(
         None,
@@ -90,3 +94,15 @@ class TransportConfig(Strict):
         "engine less CPU. 0 keeps NIXL's own setting, polling without pause, which keeps "
         "one core busy per engine even when idle.",
     )
+
+    @field_validator("side_channel_host")
+    @classmethod
+    def _network_parses(cls, value: str) -> str:
+        if "/" in value:
+            try:
+                ipaddress.ip_network(value, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{value!r} is not a network (an address and a prefix length, e.g. 10.1.0.0/16)"
+                ) from None
+        return value

@@ -381,7 +381,8 @@ class EngineServer(EngineControl):
         return EngineStats(role=self.role, engine_id=self.engine_id, counters=self.tally.counters())
 
     def process_info(self) -> dict[str, Any]:
-        """PID and resident memory (bytes) of this replica and the engine processes it spawned."""
+        """PID and resident memory (bytes) of this replica and the engine processes it
+        spawned, and where its NIXL side channel listens (``host:port``; None colocated)."""
         import psutil
 
         me = psutil.Process()
@@ -393,7 +394,13 @@ class EngineServer(EngineControl):
                 children.append(child.pid)
             except psutil.NoSuchProcess:
                 continue
-        return {"pid": me.pid, "rss_bytes": rss, "children": children}
+        side_channel = None
+        if self.role is not Role.COLOCATED:
+            side_channel = (
+                f"{os.environ['VLLM_NIXL_SIDE_CHANNEL_HOST']}:"
+                f"{os.environ['VLLM_NIXL_SIDE_CHANNEL_PORT']}"
+            )
+        return {"pid": me.pid, "rss_bytes": rss, "children": children, "side_channel": side_channel}
 
     def shutdown(self) -> None:
         self.engine.shutdown()

@@ -17,7 +17,7 @@ from app.engine import core_claim
 from app.flow.records import Role
 from app.kv import lease_release, nixl_progress, read_deadline
 from app.kv.fallback import Transport, engine_transports, nixl_installed
-from app.net import is_loopback
+from app.net import address_in, interface_of, is_loopback, is_network
 
 
 def _on_gpu() -> bool:
@@ -27,7 +27,10 @@ def _on_gpu() -> bool:
 
 
 def side_channel_host(configured: str) -> str:
-    """The NIXL handshake address: as configured, or this Ray node's address for ``auto``."""
+    """The NIXL handshake address: as configured; this host's address in the network for
+    a network (``10.1.0.0/16``, the cluster's own); this Ray node's address for ``auto``."""
+    if is_network(configured):
+        return address_in(configured)[0]
     if configured != "auto":
         return configured
     import ray.util
@@ -69,21 +72,33 @@ def engine_environment(
         if config.transport.ucx_tls:
             env["UCX_TLS"] = config.transport.ucx_tls
         devices = ucx_net_devices(
-            config.transport.ucx_net_devices, env["VLLM_NIXL_SIDE_CHANNEL_HOST"]
+            config.transport.ucx_net_devices,
+            env["VLLM_NIXL_SIDE_CHANNEL_HOST"],
+            on_network=is_network(config.transport.side_channel_host),
         )
         if devices is not None:
             env["UCX_NET_DEVICES"] = devices
     return env
 
 
-def ucx_net_devices(configured: str | None, side_channel: str) -> str | None:
+def ucx_net_devices(
+    configured: str | None, side_channel: str, on_network: bool = False
+) -> str | None:
     """UCX_NET_DEVICES for an engine whose NIXL side channel is ``side_channel``: as
     configured; else ``lo`` for a loopback side channel (UCX's TCP transport would listen
-    on every interface, answering anyone who has a worker address); else None (UCX's
-    default: every device, what pools spread over hosts need unless told which)."""
+    on every interface, answering anyone who has a worker address); else, when the side
+    channel was given as a network (``on_network``), the interface holding its address,
+    so UCX too stays on the cluster's network; else None (UCX's default: every device)."""
     if configured is not None:
         return configured
-    return "lo" if is_loopback(side_channel) else None
+    if is_loopback(side_channel):
+        return "lo"
+    if on_network:
+        interface = interface_of(side_channel)
+        if interface is None:
+            raise ValueError(f"no interface on this host holds {side_channel}")
+        return interface
+    return None
 
 
 def kv_transfer_config(role: Role, config: AppConfig, engine_id: str) -> Any:

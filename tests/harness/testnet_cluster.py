@@ -31,11 +31,15 @@ NAMESPACE_PREFIX = "splitserve-"
 API_KEY = "splitserve-testnet-api-key"
 
 
-# Prefill (and the ingress) on host a, decode on host b; UCX limited to TCP so the KV
-# really crosses the link (on one machine UCX would otherwise pick shared memory).
+# The hosts' own network (scripts/testnet): a and b are on it, the outsider c is not.
+CLUSTER_NETWORK = "198.19.0.0/24"
+
+# Prefill (and the ingress) on host a, decode on host b; the side channels and UCX on the
+# cluster's network; UCX limited to TCP so the KV really crosses the link (on one machine
+# UCX would otherwise pick shared memory).
 TWO_HOSTS: dict[str, Any] = {
     "transport": {
-        "side_channel_host": "auto",
+        "side_channel_host": CLUSTER_NETWORK,
         "ucx_tls": "tcp",
         "kv_lease_s": 8,
         "transfer_timeout_s": 8,
@@ -59,6 +63,13 @@ def two_host_args(kind: str) -> dict[str, Any]:
 def host_address(host: str) -> str:
     return subprocess.run(
         [TESTNET, "ip", host], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def cluster_address(host: str) -> str:
+    """``host``'s address on the cluster network (hosts a and b)."""
+    return subprocess.run(
+        [TESTNET, "cluster-ip", host], check=True, capture_output=True, text=True
     ).stdout.strip()
 
 

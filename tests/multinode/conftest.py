@@ -3,8 +3,10 @@
 `make test-multinode` brings the hosts up, runs this session inside host a's network
 namespace and tears everything down afterwards. Host a (198.18.0.1) runs the Ray head,
 the proxy, the ingress, the prefill pool and the colocated reference; host b
-(198.18.0.2) runs the decode pool. UCX is limited to TCP so the KV really crosses the
-veth link (on one machine UCX would otherwise pick shared memory).
+(198.18.0.2) runs the decode pool. The NIXL side channels and UCX use the hosts' own
+network (198.19.0.0/24, which the third host, the outsider, is not on). UCX is limited
+to TCP so the KV really crosses the veth link (on one machine UCX would otherwise pick
+shared memory).
 """
 
 from __future__ import annotations

@@ -150,3 +150,41 @@ def test_step_settings_that_vllm_would_refuse_at_start_are_refused_with_the_fiel
     # model.max_num_seqs is 64 and model.max_model_len 2048 by default.
     with pytest.raises(ValidationError, match=field.replace(".", r"\.")):
         AppConfig.model_validate({"prefill": pool})
+
+
+def _addresses(monkeypatch, table):
+    """This host's interfaces and addresses as psutil would list them: ``table``."""
+    import socket
+    from types import SimpleNamespace
+
+    import psutil
+
+    listing = {
+        name: [SimpleNamespace(family=socket.AF_INET, address=a) for a in addresses]
+        for name, addresses in table.items()
+    }
+    monkeypatch.setattr(psutil, "net_if_addrs", lambda: listing)
+
+
+def test_a_network_names_this_hosts_address_in_it_and_ucx_its_interface(monkeypatch):
+    _addresses(monkeypatch, {"lo": ["127.0.0.1"], "eth0": ["198.51.100.4"], "eth1": ["10.1.0.5"]})
+    env = _env(Role.PREFILL, side_channel_host="10.1.0.0/16")
+    assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.1.0.5"
+    assert env["UCX_NET_DEVICES"] == "eth1"
+    # An RDMA port is named by hand; a loopback network is still `lo`.
+    env = _env(Role.DECODE, side_channel_host="10.1.0.0/16", ucx_net_devices="mlx5_0:1")
+    assert env["UCX_NET_DEVICES"] == "mlx5_0:1"
+    assert _env(Role.DECODE, side_channel_host="127.0.0.0/8")["UCX_NET_DEVICES"] == "lo"
+
+
+def test_a_network_this_host_is_not_on_is_named_with_the_hosts_addresses(monkeypatch):
+    _addresses(monkeypatch, {"lo": ["127.0.0.1"], "eth0": ["198.51.100.4"]})
+    with pytest.raises(ValueError, match=r"no address in 10\.1\.0\.0/16.*198\.51\.100\.4 \(eth0\)"):
+        side_channel_host("10.1.0.0/16")
+
+
+def test_a_side_channel_network_must_parse():
+    with pytest.raises(ValidationError, match="not a network"):
+        AppConfig.model_validate({"transport": {"side_channel_host": "10.1.0.0/99"}})
+    config = AppConfig.model_validate({"transport": {"side_channel_host": "10.1.0.7/16"}})
+    assert config.transport.side_channel_host == "10.1.0.7/16"
