@@ -10,7 +10,7 @@ from ray.serve.config import RequestRouterConfig
 from ray.serve.deployment import Deployment
 
 from app.config import AppConfig, Mode
-from app.engine.model_source import resolve_model
+from app.model.source import resolve_model
 from deployments.ingress import Ingress
 from deployments.llm_server import LLMServer
 from deployments.replicas import POOL_NAMES

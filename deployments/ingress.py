@@ -13,11 +13,11 @@ from app.api.openai_serving import build_serving
 from app.api.readiness import Readiness
 from app.config import AppConfig, Mode
 from app.engine.cpu_affinity import pin_process
-from app.engine.model_source import resolve_model
 from app.engine.setup import ingress_vllm_config
 from app.flow.orchestrator import Orchestrator
 from app.flow.request_timings import RequestTimings
 from app.kv.fallback import nixl_installed, transfer_plan
+from app.model.source import resolve_model
 from app.observability.admission_metrics import RayAdmissionMetrics
 from app.observability.request_metrics import RayRequestMetrics
 from app.observability.transfer_metrics import RayTransferMetrics

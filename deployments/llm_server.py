@@ -12,7 +12,6 @@ from typing import Any
 from ray import serve
 
 from app.config import AppConfig
-from app.engine.model_source import resolve_model
 from app.engine.server import EngineServer
 from app.engine.warmup import WarmupReport, warm_engine, warm_pair, warm_pair_from_prefill
 from app.flow.records import (
@@ -26,6 +25,7 @@ from app.flow.records import (
 )
 from app.kv.fallback import Transport, engine_transports, nixl_installed
 from app.kv.lease_release import Release
+from app.model.source import resolve_model
 from app.observability.engine_metrics import keep_gauges_alive
 from app.observability.link_meter import LinkMeter, ray_link_export
 from app.scaling.autoscaling_stats import Snapshot, WindowStats

@@ -31,7 +31,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from app.engine.model_source import resolve_model
+from app.model.source import resolve_model
 from app.planning.goodput import SLO, add_slo_options, slo_from_options
 from load_tests.compare import SYSTEMS, warm_up
 from load_tests.loadgen import run_at_rate, summary

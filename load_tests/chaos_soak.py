@@ -47,7 +47,7 @@ import ray
 from transformers import AutoTokenizer
 
 from app.config import AppConfig
-from app.engine.model_source import resolve_model
+from app.model.source import resolve_model
 from deployments.replicas import replica_actor_names
 from load_tests.fault_soak import blocks_free, memory_sample, rss_change, shm_files
 from load_tests.migration_bench import kill_busiest_decode

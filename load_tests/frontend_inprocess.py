@@ -23,12 +23,12 @@ from app.api.engine_client import PoolEngineClient
 from app.api.http_api import OpenAIServer
 from app.api.openai_serving import build_serving
 from app.config import AppConfig, IngressConfig, Mode
-from app.engine.model_source import resolve_model
 from app.engine.setup import ingress_vllm_config
 from app.flow.orchestrator import Orchestrator
 from app.flow.pool_client import PoolClient
 from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from app.kv.fallback import Transport
+from app.model.source import resolve_model
 
 
 class _Pool(PoolClient):

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from app.engine.model_source import resolve_model
+from app.model.source import resolve_model
 from app.net import free_port
 
 

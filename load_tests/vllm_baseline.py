@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import psutil
 
-from app.engine.model_source import resolve_model
+from app.model.source import resolve_model
 from load_tests.compare import fixed_load
 from load_tests.run_conditions import machine
 from load_tests.stream_bench import one_request

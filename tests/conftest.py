@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from app.engine.model_source import resolve_model
+from app.model.source import resolve_model
 
 
 @pytest.fixture(scope="session")

@@ -118,7 +118,7 @@ def shape_from_model(source: str) -> KVShape:
 
         return shape_from_model(AppConfig.model_validate(serve_file_args(path)).model.source)
     if not path.exists():
-        from app.engine.model_source import is_builtin, resolve_model
+        from app.model.source import is_builtin, resolve_model
 
         if not is_builtin(source):
             raise ValueError(

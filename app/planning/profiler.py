@@ -18,8 +18,8 @@ import time
 from typing import Any
 
 from app.config import AppConfig
-from app.engine.model_source import resolve_model
 from app.host import cpu_model
+from app.model.source import resolve_model
 from app.planning.engine_profile import EngineProfile
 
 PROMPT_LENGTHS = (16, 64, 128, 256, 512, 1024, 1536)

@@ -207,7 +207,7 @@ def _app_tokenizer() -> Any:
     """The default config's model's tokenizer (loaded once; each check reads it twice)."""
     from tokenizers import Tokenizer
 
-    from app.engine.model_source import resolve_model
+    from app.model.source import resolve_model
     from tests.harness.local_app import config_args
 
     default = Path(__file__).parents[2] / "serve_configs" / "default.yaml"

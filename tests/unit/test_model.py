@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import tiny_llama
-from app.engine.model_source import resolve_model
+from app.model import tiny_llama
+from app.model.source import resolve_model
 
 
 def _digest(folder):

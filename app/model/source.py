@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from app.engine import tiny_llama
+from app.model import tiny_llama
 
 BUILTIN_PREFIX = "builtin:"
 
