@@ -40,10 +40,11 @@ from app.config import PlannerModelConfig, SloConfig
 from app.planning.engine_profile import EngineProfile
 from app.planning.frontend import FrontEndCost
 from app.planning.goodput import SLO
+from app.planning.planner_split import PlannerSplitModel, ServingShape
 from app.scaling.demand import Demand
 from app.scaling.slo_policy import SloPolicy
 from app.scaling.slo_signals import DECODE, PREFILL, Decision, PolicyParams, PoolSignals
-from app.scaling.split_model import PlannerSplitModel, ServingShape, Split, SplitModel
+from app.scaling.split_model import Split, SplitModel
 
 logger = logging.getLogger("ray.serve")
 

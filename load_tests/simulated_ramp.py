@@ -38,6 +38,7 @@ from app.config.serve_file import serve_file_args, serve_file_policy
 from app.planning.engine_profile import EngineProfile
 from app.planning.goodput import SLO
 from app.planning.planner import goodput
+from app.planning.planner_split import PlannerSplitModel, ServingShape
 from app.planning.scaling_sim import (
     ScalingConfig,
     ScalingPolicy,
@@ -47,7 +48,6 @@ from app.planning.scaling_sim import (
 )
 from app.planning.serve_default import OngoingRequestsPolicy
 from app.planning.simulator import Topology
-from app.scaling.split_model import PlannerSplitModel, ServingShape
 from deployments.slo_autoscaler import SloAutoscaler
 from load_tests.slo_ramp import ramp_lengths
 

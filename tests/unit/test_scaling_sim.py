@@ -10,12 +10,12 @@ import pytest
 from app.config import AdmissionConfig
 from app.planning.engine_profile import EngineProfile
 from app.planning.goodput import SLO
+from app.planning.planner_split import PlannerSplitModel
 from app.planning.scaling_sim import ScalingConfig, ramp_requests, simulate_scaling
 from app.planning.serve_default import OngoingRequestsPolicy
 from app.planning.simulator import Topology, simulate
 from app.scaling.slo_policy import SloPolicy
 from app.scaling.slo_signals import DECODE, PolicyParams, PoolSignals
-from app.scaling.split_model import PlannerSplitModel
 
 # Prefill: 20 ms + 0.1 ms per token; decode: 10 ms per step + 1 ms per sequence.
 PROFILE = EngineProfile(prefill=[(0, 0.02), (10_000, 1.02)], decode=[(1, 0.011), (64, 0.074)])

@@ -6,8 +6,9 @@ import pytest
 
 from app.planning.engine_profile import EngineProfile
 from app.planning.goodput import SLO
+from app.planning.planner_split import PlannerSplitModel, ServingShape
 from app.scaling.demand import Demand
-from app.scaling.split_model import PlannerSplitModel, ServingShape, Split
+from app.scaling.split_model import Split
 
 # An engine that prefills 1,000 tokens in 0.1 s and steps a batch in 10-20 ms.
 PROFILE = EngineProfile(prefill=[(0, 0.0), (1000, 0.1)], decode=[(1, 0.010), (64, 0.020)])
