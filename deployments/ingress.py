@@ -7,20 +7,20 @@ from typing import Any
 
 from ray import serve
 
+from app.api.admission_metrics import RayAdmissionMetrics
 from app.api.engine_client import PoolEngineClient
 from app.api.http_api import OpenAIServer
 from app.api.openai_serving import build_serving
 from app.api.readiness import Readiness
 from app.config import AppConfig, Mode
-from app.engine.cpu_affinity import pin_process
+from app.cpu_affinity import pin_process
 from app.engine.setup import ingress_vllm_config
 from app.flow.orchestrator import Orchestrator
+from app.flow.request_metrics import RayRequestMetrics
 from app.flow.request_timings import RequestTimings
+from app.flow.transfer_metrics import RayTransferMetrics
 from app.kv.fallback import nixl_installed, transfer_plan
 from app.model.source import resolve_model
-from app.observability.admission_metrics import RayAdmissionMetrics
-from app.observability.request_metrics import RayRequestMetrics
-from app.observability.transfer_metrics import RayTransferMetrics
 from app.routing.decode_affinity import shared
 from app.scaling.demand import DemandMeter
 from deployments.cluster_env import missing_cluster_env

@@ -14,7 +14,12 @@ from ray import serve
 from app.config import AppConfig
 from app.engine.server import EngineServer
 from app.engine.warmup import WarmupReport, warm_engine, warm_pair, warm_pair_from_prefill
-from app.flow.records import (
+from app.kv.fallback import Transport, engine_transports, nixl_installed
+from app.kv.lease_release import Release
+from app.kv.link_meter import LinkMeter, ray_link_export
+from app.model.source import resolve_model
+from app.observability.engine_metrics import keep_gauges_alive
+from app.pool.records import (
     EngineStats,
     GenerateRequest,
     KvRelease,
@@ -23,11 +28,6 @@ from app.flow.records import (
     Started,
     TokenChunk,
 )
-from app.kv.fallback import Transport, engine_transports, nixl_installed
-from app.kv.lease_release import Release
-from app.model.source import resolve_model
-from app.observability.engine_metrics import keep_gauges_alive
-from app.observability.link_meter import LinkMeter, ray_link_export
 from app.scaling.autoscaling_stats import Snapshot, WindowStats
 from deployments.pool_client import ServePoolClient
 from deployments.pool_probe import ReplicaLiveness
@@ -112,7 +112,7 @@ class LLMServer:
         }
 
     def links(self) -> list[dict[str, Any]]:
-        """The KV links into this decode replica as measured (app.observability.link_meter):
+        """The KV links into this decode replica as measured (app.kv.link_meter):
         per prefill replica and transport, bandwidth (bytes/s), transfers, slow or not."""
         meter = self.server.links
         if meter is None:

@@ -7,11 +7,11 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from app.api.errors import describe_failure
 from app.flow.migration import LostCause, ReplicaLost
-from app.flow.pool_client import PoolBusy, PoolClient
-from app.flow.records import GenerateRequest, KvRelease, PrefillResult, Started, TokenChunk
+from app.kv.failure import describe_failure
 from app.kv.fallback import Transport
+from app.pool.client import PoolBusy, PoolClient
+from app.pool.records import GenerateRequest, KvRelease, PrefillResult, Started, TokenChunk
 
 logger = logging.getLogger("splitserve.pool_client")
 

@@ -1,7 +1,7 @@
 """Ray Serve request routers for the engine pools (Serve's custom request router API).
 
 They run inside the caller's process (the ingress) and apply the pure policies of
-``app/routing``. A call that names its replica (a :class:`~app.flow.records.KvRelease`, or a
+``app/routing``. A call that names its replica (a :class:`~app.pool.records.KvRelease`, or a
 warm-up's ``GenerateRequest.replica``) goes to that replica, or, where it is not (yet, or
 any more) among the running ones, to any: a release then finds nothing to free, a
 warm-up pairs with another replica. Calls that carry no ``GenerateRequest`` (stats,
@@ -20,7 +20,7 @@ from ray.serve.request_router import (
     RunningReplica,
 )
 
-from app.flow.records import GenerateRequest, KvRelease
+from app.pool.records import GenerateRequest, KvRelease
 from app.routing.decode_affinity import shared
 from app.routing.kv_capacity import rank_by_capacity
 from app.routing.prefix_affinity import PrefixAffinity

@@ -25,10 +25,10 @@ from app.api.openai_serving import build_serving
 from app.config import AppConfig, IngressConfig, Mode
 from app.engine.setup import ingress_vllm_config
 from app.flow.orchestrator import Orchestrator
-from app.flow.pool_client import PoolClient
-from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from app.kv.fallback import Transport
 from app.model.source import resolve_model
+from app.pool.client import PoolClient
+from app.pool.records import GenerateRequest, PrefillResult, Started, TokenChunk
 
 
 class _Pool(PoolClient):

@@ -38,9 +38,9 @@ from typing import Any
 
 from app.config import AppConfig, serve_file_args
 from app.engine.setup import engine_arguments
-from app.flow.records import Role
 from app.model.source import resolve_model
 from app.net import free_listen_port
+from app.pool.records import Role
 from load_tests.run_conditions import machine
 from load_tests.stats import summarize
 

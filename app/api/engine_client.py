@@ -37,15 +37,15 @@ from http import HTTPStatus
 from typing import Any
 
 from app.api.answer_text import VllmAnswerText
-from app.api.errors import describe_failure
 from app.api.request_scope import REQUEST_SCOPE
 from app.api.sample_output import SampleOutput, completion_output
 from app.flow.deadline import Deadline
 from app.flow.migration import AnswerText
 from app.flow.orchestrator import Orchestrator
-from app.flow.pool_client import PoolBusy
-from app.flow.records import GenerateRequest, TokenChunk
 from app.flow.request_timings import RequestTimings
+from app.kv.failure import describe_failure
+from app.pool.client import PoolBusy
+from app.pool.records import GenerateRequest, TokenChunk
 
 logger = logging.getLogger("splitserve.engine_client")
 

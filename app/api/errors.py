@@ -50,17 +50,6 @@ def _default_type(status: int) -> str:
     return "InternalServerError"
 
 
-def describe_failure(exc: BaseException) -> str:
-    """A one-line reason for a failure, without a remote traceback."""
-    cause = getattr(exc, "cause", None) or exc  # Ray wraps remote errors in RayTaskError
-    name = type(cause).__name__
-    text = str(cause).strip()
-    first_line = text.splitlines()[0] if text else ""
-    if "Traceback" in first_line or "ray::" in first_line:
-        first_line = ""
-    return f"{name}: {first_line}" if first_line else name
-
-
 def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(message, HTTPStatus.BAD_REQUEST, param=param)
 

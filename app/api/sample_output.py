@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.flow.records import TokenChunk
+from app.pool.records import TokenChunk
 
 
 @dataclass

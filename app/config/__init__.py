@@ -2,7 +2,7 @@
 
 Every model is strict (``extra="forbid"``): an unknown key or a bad value fails when the
 application is built, and pydantic's message names the field. Internal runtime records
-live in :mod:`app.flow.records`, not here.
+live in :mod:`app.pool.records`, not here.
 """
 
 from app.config.app import AppConfig

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from app.config.base import Strict
-from app.engine.cpu_affinity import CORE_LIST
+from app.cpu_affinity import CORE_LIST
 from app.net import is_loopback
 
 

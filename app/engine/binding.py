@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 
-from app.engine.cpu_affinity import CORE_LIST, pin_children
+from app.cpu_affinity import CORE_LIST, pin_children
 
 logger = logging.getLogger("splitserve.engine")
 

@@ -35,23 +35,23 @@ from app.config import AppConfig
 from app.engine import decode_stream
 from app.engine.binding import bind_engine
 from app.engine.control import EngineControl
+from app.engine.first_token import first_token_params, sampled_first_token
 from app.engine.setup import (
     cpu_binding,
     engine_arguments,
     engine_environment,
     side_channel_host,
 )
-from app.flow.first_token import first_token_params, sampled_first_token
-from app.flow.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
 from app.kv import object_store, peer_fence, read_deadline
 from app.kv.failure import FailureKind, TransferFailure
 from app.kv.fallback import Transport
 from app.kv.kv_read import nixl_read
+from app.kv.link_meter import LinkMeter
 from app.kv.payload import LOAD_PATH, NUM_TOKENS, SAVE_PATH
 from app.net import free_listen_port
 from app.observability.engine_metrics import BusyClock, pool_stat_logger
 from app.observability.engine_tally import EngineTally
-from app.observability.link_meter import LinkMeter
+from app.pool.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
 
 logger = logging.getLogger("splitserve.engine")
 

@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 from app.config import AppConfig, PoolConfig
 from app.engine import core_claim
-from app.flow.records import Role
 from app.kv import lease_release, nixl_progress, read_deadline
 from app.kv.fallback import Transport, engine_transports, nixl_installed
 from app.net import address_in, interface_of, is_loopback, is_network
+from app.pool.records import Role
 
 
 def _on_gpu() -> bool:

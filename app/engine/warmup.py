@@ -30,9 +30,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.flow.pool_client import PoolClient
-from app.flow.records import GenerateRequest, PrefillResult, Role, TokenChunk
 from app.kv.fallback import Transport
+from app.pool.client import PoolClient
+from app.pool.records import GenerateRequest, PrefillResult, Role, TokenChunk
 
 logger = logging.getLogger("splitserve.warmup")
 
@@ -41,7 +41,7 @@ DECODE_BATCH = 8
 DECODE_TOKENS = 8
 PAIR_PROMPT_TOKENS = 300
 # After its first transfer (the handshake), a pair moves one prompt this long to measure
-# the link's bandwidth (app.observability.link_meter); shorter if the model's length is.
+# the link's bandwidth (app.kv.link_meter); shorter if the model's length is.
 MEASURE_PROMPT_TOKENS = 2048
 # A pair warm-up waits this long for a prefill replica (they start at the same time).
 PAIR_TIMEOUT_S = 600.0

@@ -1,4 +1,4 @@
 """One request across the pools: whether to disaggregate, prefill then decode with the
 transport fallback, a lost stream moved to another replica, and the records and
 timings that travel with it (no Ray, no vLLM engine: pools are reached through
-:class:`app.flow.pool_client.PoolClient`)."""
+:class:`app.pool.client.PoolClient`)."""

@@ -9,11 +9,11 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from app.flow.pool_client import PoolClient
-from app.flow.records import GenerateRequest, Started, TokenChunk
 from app.flow.request_timings import RequestTimings
 from app.kv.failure import FailureKind, TransferFailure
 from app.kv.fallback import Transport
+from app.pool.client import PoolClient
+from app.pool.records import GenerateRequest, Started, TokenChunk
 
 
 @dataclass

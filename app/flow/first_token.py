@@ -31,7 +31,7 @@ from dataclasses import replace
 from typing import Any
 
 from app.flow.migration import continuation
-from app.flow.records import GenerateRequest, TokenChunk
+from app.pool.records import GenerateRequest, TokenChunk
 
 # vLLM samples greedily below this temperature (vllm.sampling_params._SAMPLING_EPS).
 _GREEDY_BELOW = 1e-5
@@ -86,25 +86,6 @@ def continues_in_place(num_prompt_tokens: int, block_tokens: int) -> bool:
     return num_prompt_tokens % block_tokens not in (0, block_tokens - 1)
 
 
-def sampled_first_token(
-    completion: Any, max_tokens: int | None, num_cached_tokens: int = 0
-) -> TokenChunk:
-    """The prefill's one ``CompletionOutput`` as the answer's first chunk. Its "length"
-    finish is this call's one token, the answer's end only where the answer is one
-    token long (``max_tokens``). It carries the prefill's prefix-cache hits: the prompt
-    tokens this request did not compute (what colocated serving reports as cached)."""
-    finish = completion.finish_reason
-    if finish == "length" and max_tokens != 1:
-        finish = None
-    return TokenChunk(
-        text=completion.text,
-        token_ids=list(completion.token_ids),
-        finish_reason=finish,
-        stop_reason=completion.stop_reason,
-        num_cached_tokens=num_cached_tokens,
-    )
-
-
 def whole_text(sent: TokenChunk, params: Any) -> bool:
     """Whether the client may have ``sent``, the prefill's first token, as the answer's
     start: its text is whole characters, or no text follows it.
@@ -128,14 +109,3 @@ def after_first_token(request: GenerateRequest, sent: TokenChunk) -> GenerateReq
         request_id=f"{request.request_id}.c",
         origin_id=request.origin_id or request.request_id,
     )
-
-
-def first_token_params(params: Any) -> Any:
-    """The prefill's sampling parameters: the request's, for one token, whole."""
-    from vllm.sampling_params import RequestOutputKind
-
-    one = params.clone()
-    one.max_tokens = 1
-    one.min_tokens = min(one.min_tokens or 0, 1)
-    one.output_kind = RequestOutputKind.FINAL_ONLY
-    return one

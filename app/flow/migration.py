@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from app.config import MigrationConfig
-from app.flow.pool_client import PoolBusy
-from app.flow.records import GenerateRequest, TokenChunk
+from app.pool.client import PoolBusy
+from app.pool.records import GenerateRequest, TokenChunk
 
 logger = logging.getLogger("splitserve.migration")
 

@@ -7,7 +7,7 @@ request's plan (:mod:`app.kv.fallback`): when a prefill fails or times out, or t
 decode replica reports that it could not use the KV, the next transport is tried; the
 last is always a local recompute on the decode replica. In colocated mode the decode
 pool serves the whole request. Pools are reached through
-:class:`~app.flow.pool_client.PoolClient`, so this logic runs the same against Ray Serve
+:class:`~app.pool.client.PoolClient`, so this logic runs the same against Ray Serve
 handles and against test fakes. One prefill call is :mod:`app.flow.prefill_call`; one
 decode attempt's first chunk, and a request on decode alone, :mod:`app.flow.decode_call`;
 how long kept NIXL blocks may still be read, :mod:`app.flow.kv_lease`.
@@ -21,7 +21,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
-from app.api.errors import describe_failure
 from app.config import MigrationConfig, Mode, TransportConfig
 from app.flow.decode_call import DecodeAttempt, decode_only, first_chunk, note_kv
 from app.flow.disaggregation import decide
@@ -36,12 +35,12 @@ from app.flow.first_token import (
 )
 from app.flow.kv_lease import kv_expiry
 from app.flow.migration import AnswerText, ReplicaLost, resumable
-from app.flow.pool_client import PoolClient
 from app.flow.prefill_call import POOL_UNAVAILABLE, prefill_failure, prefill_once
-from app.flow.records import GenerateRequest, PrefillResult, TokenChunk
 from app.flow.request_timings import RequestTimings
-from app.kv.failure import FailureKind, TransferFailure
+from app.kv.failure import FailureKind, TransferFailure, describe_failure
 from app.kv.fallback import Attempt, TransferReport, Transport
+from app.pool.client import PoolClient
+from app.pool.records import GenerateRequest, PrefillResult, TokenChunk
 from app.routing.decode_affinity import DecodeAffinity
 
 logger = logging.getLogger("splitserve.orchestrator")

@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from app.api.errors import describe_failure
 from app.config import TransportConfig
-from app.flow.pool_client import PoolBusy, PoolClient
-from app.flow.records import GenerateRequest, PrefillResult, Started
 from app.flow.request_timings import RequestTimings
-from app.kv.failure import FailureKind, TransferFailure
+from app.kv.failure import FailureKind, TransferFailure, describe_failure
 from app.kv.fallback import Transport
+from app.pool.client import PoolBusy, PoolClient
+from app.pool.records import GenerateRequest, PrefillResult, Started
 
 # A prefill pool that is busy or slow would be as busy or slow for the next transport.
 POOL_UNAVAILABLE = (

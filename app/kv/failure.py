@@ -31,3 +31,14 @@ class TransferFailure:
 
     def __str__(self) -> str:
         return f"{self.kind.value}: {self.message}"
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A one-line reason for a failure, without a remote traceback."""
+    cause = getattr(exc, "cause", None) or exc  # Ray wraps remote errors in RayTaskError
+    name = type(cause).__name__
+    text = str(cause).strip()
+    first_line = text.splitlines()[0] if text else ""
+    if "Traceback" in first_line or "ray::" in first_line:
+        first_line = ""
+    return f"{name}: {first_line}" if first_line else name

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import httpx
 
-from app.engine.cpu_affinity import pin_children
+from app.cpu_affinity import pin_children
 from app.model.source import resolve_model
 
 MAX_MODEL_LEN = 2048  # room for the mix's 1536-token prompts

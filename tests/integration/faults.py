@@ -29,8 +29,8 @@ def handle(deployment: str) -> Any:
 
 def prefill_once(request: Any, transport: Any = None) -> Any:
     """Prefill ``request`` on the Prefill pool (NIXL by default); its PrefillResult."""
-    from app.flow.records import PrefillResult
     from app.kv.fallback import Transport
+    from app.pool.records import PrefillResult
 
     stream = (
         handle("Prefill").options(stream=True).prefill.remote(request, transport or Transport.NIXL)
@@ -42,7 +42,7 @@ def prefill_once(request: Any, transport: Any = None) -> Any:
 
 def decode_chunks(request: Any) -> list[Any]:
     """Every TokenChunk the Decode pool streams for ``request`` (the Started marker left out)."""
-    from app.flow.records import TokenChunk
+    from app.pool.records import TokenChunk
 
     stream = handle("Decode").options(stream=True).generate.remote(request)
     return [item for item in stream if isinstance(item, TokenChunk)]

@@ -9,11 +9,11 @@ import pytest
 
 from app.config import Mode, TransportConfig
 from app.flow.orchestrator import Orchestrator
-from app.flow.pool_client import PoolClient
-from app.flow.records import GenerateRequest, PrefillResult
 from app.flow.request_timings import RequestTimings
 from app.kv.failure import FailureKind
 from app.kv.fallback import Transport, transfer_plan
+from app.pool.client import PoolClient
+from app.pool.records import GenerateRequest, PrefillResult
 from deployments.pool_client import ServePoolClient
 from tests.harness.sse import sse_data_sync
 from tests.integration.conftest import TEST_KV_LEASE_S

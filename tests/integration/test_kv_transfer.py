@@ -2,7 +2,7 @@
 
 from ray import serve
 
-from app.flow.records import GenerateRequest
+from app.pool.records import GenerateRequest
 from tests.integration.faults import decode_chunks, prefill_once
 from tests.integration.helpers import GREEDY, complete, random_prompt
 
@@ -56,7 +56,7 @@ def test_swapped_kv_swaps_outputs(apps, http):
 
 def test_decode_measures_each_prefill_link(apps, http):
     """Warm-up measured the prefill replica's link into decode for each transport, and a
-    long prompt's NIXL transfer is measured on that link too (app.observability.link_meter)."""
+    long prompt's NIXL transfer is measured on that link too (app.kv.link_meter)."""
     decode = serve.get_deployment_handle("Decode", app_name="splitserve")
     links = decode.links.remote().result()
     measured = {link["transport"] for link in links if link["bytes_per_s"] > 0}

@@ -17,11 +17,11 @@ import ray
 from app.config import Mode
 from app.config.routing import MigrationConfig
 from app.flow.orchestrator import Orchestrator
-from app.flow.pool_client import PoolClient
-from app.flow.records import GenerateRequest, PrefillResult
 from app.flow.request_timings import RequestTimings
 from app.kv.failure import FailureKind
 from app.kv.fallback import Transport
+from app.pool.client import PoolClient
+from app.pool.records import GenerateRequest, PrefillResult
 from deployments.pool_client import ServePoolClient
 from tests.integration.conftest import TEST_KV_LEASE_S
 from tests.integration.faults import assert_no_kv_held, handle, wait_until

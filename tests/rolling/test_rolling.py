@@ -228,8 +228,8 @@ def test_a_stopping_prefill_replica_stays_until_its_kv_is_pulled(app):
     replica goes. (Before, its engine shut down at once and the read failed.)"""
     from vllm import SamplingParams
 
-    from app.flow.records import GenerateRequest, PrefillResult, TokenChunk
     from app.kv.fallback import Transport
+    from app.pool.records import GenerateRequest, PrefillResult, TokenChunk
 
     prompt = random_prompt(8400, 300)
     with httpx.Client(timeout=600) as http:

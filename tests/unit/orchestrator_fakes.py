@@ -3,11 +3,11 @@ fail, stall or die when told to."""
 
 import asyncio
 
-from app.flow.pool_client import PoolClient
-from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from app.flow.request_timings import RequestTimings
 from app.kv.failure import FailureKind, TransferFailure
 from app.kv.fallback import Transport
+from app.pool.client import PoolClient
+from app.pool.records import GenerateRequest, PrefillResult, Started, TokenChunk
 
 NX, OS, RC = Transport.NIXL, Transport.OBJECT_STORE, Transport.RECOMPUTE
 CHAIN = (NX, OS, RC)

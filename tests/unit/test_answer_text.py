@@ -12,9 +12,9 @@ from app.api.answer_text import VllmAnswerText
 from app.config import MigrationConfig, Mode
 from app.flow.migration import LostCause, ReplicaLost
 from app.flow.orchestrator import Orchestrator
-from app.flow.pool_client import PoolClient
-from app.flow.records import GenerateRequest, Started, TokenChunk
 from app.flow.request_timings import RequestTimings
+from app.pool.client import PoolClient
+from app.pool.records import GenerateRequest, Started, TokenChunk
 
 
 @pytest.fixture(scope="module")

@@ -239,7 +239,7 @@ def test_the_engine_replicas_are_built_without_the_key():
 def test_a_hub_model_without_a_revision_is_warned_about_and_one_with_it_is_passed_on():
     from app.config.model import ModelConfig, UnpinnedModel
     from app.engine.setup import engine_arguments
-    from app.flow.records import Role
+    from app.pool.records import Role
 
     with pytest.warns(UnpinnedModel, match="no model.revision"):
         ModelConfig(source="org/model")

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import AppConfig
-from app.engine.cpu_affinity import parse_cores
+from app.cpu_affinity import parse_cores
 
 
 def test_core_lists_parse():
@@ -29,7 +29,7 @@ def test_config_refuses_what_is_not_a_core_list(bad):
 
 PROBE = """
 import json, os, threading
-from app.engine.cpu_affinity import pin_process
+from app.cpu_affinity import pin_process
 started = threading.Event(); stop = threading.Event()
 def work():
     started.set(); stop.wait()
@@ -68,7 +68,7 @@ def test_cores_this_process_may_not_use_are_refused_naming_the_field():
 
 CHILDREN_PROBE = """
 import json, os, subprocess, sys
-from app.engine.cpu_affinity import pin_children
+from app.cpu_affinity import pin_children
 code = (
     "import threading, time; "
     "threading.Thread(target=time.sleep, args=(30,), daemon=True).start(); "

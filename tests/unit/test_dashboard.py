@@ -2,7 +2,7 @@
 
 import inspect
 
-from app.observability import request_metrics, transfer_metrics
+from app.flow import request_metrics, transfer_metrics
 from tests.dashboard_names import EXPORTED_ON_EVENT, dashboard, expressions, metric_names
 
 

@@ -8,8 +8,8 @@ import itertools
 from app.config import Mode
 from app.flow.disaggregation import decide
 from app.flow.orchestrator import Orchestrator
-from app.flow.records import GenerateRequest
 from app.flow.request_timings import RequestTimings
+from app.pool.records import GenerateRequest
 from app.routing.decode_affinity import DecodeAffinity
 from tests.unit.orchestrator_fakes import CHAIN, FakeDecode, FakePrefill
 

@@ -6,8 +6,8 @@ from pydantic import ValidationError
 from app.config import AppConfig
 from app.engine import setup as engine_setup
 from app.engine.setup import engine_environment, side_channel_host
-from app.flow.records import Role
 from app.kv import nixl_progress
+from app.pool.records import Role
 
 
 def _env(role: Role, **transport):

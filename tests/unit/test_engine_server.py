@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from vllm import SamplingParams
 
 from app.engine.server import EngineServer
-from app.flow.records import GenerateRequest, Role, Started, TokenChunk
 from app.kv.failure import FailureKind
+from app.pool.records import GenerateRequest, Role, Started, TokenChunk
 
 
 class NoEngine:

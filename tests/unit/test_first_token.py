@@ -18,8 +18,8 @@ from app.flow.first_token import (
     without_repeat,
 )
 from app.flow.orchestrator import Orchestrator
-from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from app.flow.request_timings import RequestTimings
+from app.pool.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from tests.unit.orchestrator_fakes import CHAIN, NX, OS, FakeDecode, FakePrefill
 
 PROMPT = list(range(10, 20))  # 10 tokens; blocks of 4: the 11th token fits in the last

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from app.config import Mode
-from app.flow.first_token import sampled_first_token
+from app.engine.first_token import sampled_first_token
 from app.flow.orchestrator import Orchestrator
-from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from app.kv.fallback import Transport
+from app.pool.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from tests.unit.orchestrator_fakes import NX, OS, FakeDecode, FakePrefill
 from tests.unit.test_first_token import _orchestrator, _run, params
 

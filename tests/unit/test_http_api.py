@@ -8,7 +8,7 @@ pools are fakes (tests/unit/http_api_fakes.py), which stream a few tokens.
 import json
 import time
 
-from app.flow.records import PrefillResult, Started, TokenChunk
+from app.pool.records import PrefillResult, Started, TokenChunk
 from tests.unit.http_api_fakes import FakePool, make_client, sse_events
 
 

@@ -12,8 +12,8 @@ from starlette.testclient import TestClient
 
 from app.api.http_api import OpenAIServer
 from app.config import IngressConfig
-from app.flow.pool_client import PoolBusy
 from app.flow.request_timings import RequestTimings
+from app.pool.client import PoolBusy
 from tests.unit.http_api_fakes import FakePool, make_client, sse_events
 
 

@@ -3,8 +3,8 @@
 from types import SimpleNamespace
 from typing import Any
 
-from app.flow.records import GenerateRequest, KvRelease
 from app.kv.lease_release import Release, end_leases
+from app.pool.records import GenerateRequest, KvRelease
 from deployments.request_routers import pinned_ranks
 
 

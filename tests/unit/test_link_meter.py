@@ -1,4 +1,4 @@
-"""Each prefill-to-decode link's measured bandwidth (app.observability.link_meter)."""
+"""Each prefill-to-decode link's measured bandwidth (app.kv.link_meter)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from app.kv.fallback import Transport
-from app.observability.link_meter import MIN_BYTES, WEIGHT, Link, LinkMeter
+from app.kv.link_meter import MIN_BYTES, WEIGHT, Link, LinkMeter
 
 MIB = 1 << 20
 

@@ -8,9 +8,9 @@ from vllm import SamplingParams
 from app.config import MigrationConfig, Mode
 from app.flow.migration import LostCause, ReplicaLost, StallWatch, continuation
 from app.flow.orchestrator import Orchestrator
-from app.flow.pool_client import PoolBusy, PoolClient
-from app.flow.records import GenerateRequest, Started, TokenChunk
 from app.flow.request_timings import RequestTimings
+from app.pool.client import PoolBusy, PoolClient
+from app.pool.records import GenerateRequest, Started, TokenChunk
 
 PROMPT = [5, 6, 7, 8]
 

@@ -8,9 +8,9 @@ from app.config import MigrationConfig, Mode, TransportConfig
 from app.flow.kv_lease import kv_expiry
 from app.flow.migration import LostCause, ReplicaLost
 from app.flow.orchestrator import Orchestrator
-from app.flow.records import GenerateRequest, Started
 from app.flow.request_timings import RequestTimings
 from app.kv.failure import FailureKind, TransferFailure
+from app.pool.records import GenerateRequest, Started
 from tests.unit.orchestrator_fakes import (
     CHAIN,
     NX,

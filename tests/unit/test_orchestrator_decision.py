@@ -6,8 +6,8 @@ import pytest
 
 from app.config import Mode
 from app.flow.orchestrator import Orchestrator
-from app.flow.pool_client import PoolBusy
 from app.kv.failure import FailureKind
+from app.pool.client import PoolBusy
 from tests.unit.orchestrator_fakes import (
     CHAIN,
     NX,

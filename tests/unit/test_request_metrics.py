@@ -2,9 +2,9 @@
 
 from typing import Any
 
+from app.flow.request_metrics import ttft_stages
 from app.flow.request_timings import RequestTimings
 from app.kv.fallback import Attempt, TransferReport, Transport
-from app.observability.request_metrics import ttft_stages
 
 
 def test_a_disaggregated_request_has_every_stage_and_the_kv_read_leaves_the_first_step():
@@ -68,7 +68,7 @@ class Recorded:
 
 def test_a_request_that_moved_and_then_failed_counts_its_moves():
     from app.flow.migration import LostCause, Migration
-    from app.observability.request_metrics import RayRequestMetrics
+    from app.flow.request_metrics import RayRequestMetrics
 
     metrics: Any = object.__new__(RayRequestMetrics)
     metrics._unfinished, metrics._migrations = Recorded(), Recorded()

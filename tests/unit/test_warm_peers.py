@@ -4,8 +4,8 @@ import asyncio
 
 from app.engine import warmup
 from app.engine.warmup import WarmupReport, warm_peers
-from app.flow.pool_client import PoolClient
 from app.kv.fallback import Transport
+from app.pool.client import PoolClient
 
 
 async def test_a_wedged_peer_delays_no_other_pair_and_is_named(monkeypatch):
@@ -50,7 +50,7 @@ async def test_a_prefill_replica_joining_pairs_for_a_short_while_only(monkeypatc
         engine_id = "prefill-1"
 
         async def prefill(self, request, transport):
-            from app.flow.records import PrefillResult
+            from app.pool.records import PrefillResult
 
             yield PrefillResult({"remote_block_ids": [[1]]}, 3)
 

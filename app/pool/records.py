@@ -39,7 +39,7 @@ class GenerateRequest:
     kv_expires_at: float | None = None
     # The prefill replica (Serve unique id) that computed the KV. A decode replica
     # refuses NIXL KV from one that is gone (fencing) instead of trying to read it, and
-    # measures each replica's link (app.observability.link_meter).
+    # measures each replica's link (app.kv.link_meter).
     kv_source: str = ""
     # Why this request must be prefilled on decode whatever its length (it needs the
     # prompt's logprobs, or it is a parallel sample whose prompt decode has cached).

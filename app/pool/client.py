@@ -8,8 +8,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 
-from app.flow.records import GenerateRequest, PrefillResult, Started, TokenChunk
 from app.kv.fallback import Transport
+from app.pool.records import GenerateRequest, PrefillResult, Started, TokenChunk
 
 
 class PoolBusy(Exception):
