@@ -73,15 +73,16 @@ def _read_json(path: str) -> Any:
 
 
 def workload_from_result(path: str, data: Any, args: argparse.Namespace) -> Workload:
-    """A workload from a ``load_tests.loadgen`` result (its first run), read from ``path``."""
+    """A workload from a ``load_tests.client.loadgen`` result (its first run), read from
+    ``path``."""
     try:
         run = data["runs"][0]
         ttft, e2e = run["ttft_ms"]["p50"], run["e2e_ms"]["p50"]
         prompt, output = run["prompt_tokens_mean"], run["output_tokens_mean"]
     except (KeyError, IndexError, TypeError) as exc:
         raise ValueError(
-            f"{path} is neither a load_tests.compare result (rows per system) nor a "
-            f"load_tests.loadgen result with runs[0].ttft_ms, e2e_ms, prompt_tokens_mean "
+            f"{path} is neither a load_tests.serving.compare result (rows per system) nor a "
+            f"load_tests.client.loadgen result with runs[0].ttft_ms, e2e_ms, prompt_tokens_mean "
             f"and output_tokens_mean (missing {exc})"
         ) from None
     hit = run.get("prefix_hit_rate")
@@ -272,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     adv.add_argument(
         "--result",
         help="a measured result instead of figures: what `make bench-compare` writes "
-        "(load_tests.compare: which layout won at the SLO, and why) or a load_tests.loadgen "
+        "(load_tests.serving.compare: which layout won at the SLO, and why) or a "
+        "load_tests.client.loadgen "
         "result (its workload, through the five checks)",
     )
     adv.add_argument(
@@ -300,7 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     adv.add_argument(
         "--frontend",
-        help="with --trace: the serving path's CPU costs (load_tests.frontend_fit's JSON), "
+        help="with --trace: the serving path's CPU costs (load_tests.planning.frontend_fit's "
+        "JSON), "
         "charged on --cores shared with the engines",
     )
     adv.add_argument("--cores", type=int, default=0, help="with --trace and --frontend")
@@ -350,7 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument(
         "--frontend",
-        help="the serving path's CPU costs (JSON from load_tests.frontend_fit): modelled as "
+        help="the serving path's CPU costs (JSON from load_tests.planning.frontend_fit): "
+        "modelled as "
         "a server every request and chunk visits",
     )
     pl.add_argument(

@@ -22,10 +22,10 @@ import httpx
 import psutil
 
 from app.host import cpu_model
-from load_tests.stats import summarize
-from load_tests.stream_bench import closed_loop, one_request
-from load_tests.workloads import fixed
-from tests.harness.local_app import LocalApp
+from load_tests.client.stats import summarize
+from load_tests.client.stream_bench import closed_loop, one_request
+from load_tests.client.workloads import fixed
+from load_tests.systems.local_app import LocalApp
 
 
 def ingress_process(app_name: str) -> psutil.Process:

@@ -4,7 +4,7 @@ server's own (``splitserve`` field: TTFT and the prefill call).
     scripts/loopback-netns .venv/bin/python -m load_tests.long_prompt_mix \
         [--config serve_configs/default.yaml] [--rates 2 4] [--requests 100]
 
-Starts the app from ``--config`` as ``load_tests.compare`` does, warms it up, then sends
+Starts the app from ``--config`` as ``load_tests.serving.compare`` does, warms it up, then sends
 the compare harness's mix (80% 128-in/128-out, 20% 1,536-in/8-out, Poisson arrivals,
 fresh prompts per rate) at each rate and reports, for the long prompts: the client's
 TTFT, the server's TTFT and its prefill call (p50 and p90), the decisions taken and
@@ -19,11 +19,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from load_tests.compare import splitserve, warm_up
-from load_tests.loadgen import run_at_rate
-from load_tests.run_conditions import machine
-from load_tests.stats import percentile
-from load_tests.workloads import mixed, rate_rng
+from load_tests.client.loadgen import run_at_rate
+from load_tests.client.stats import percentile
+from load_tests.client.workloads import mixed, rate_rng
+from load_tests.serving.compare import splitserve, warm_up
+from load_tests.systems.run_conditions import machine
 
 FIELDS = ("decision", "ttft_ms", "prefill_ms", "first_token_from", "kv_transport")
 

@@ -29,10 +29,10 @@ from typing import Any
 
 import httpx
 
-from load_tests.process_usage import cpu_by_group, memory_by_group
-from load_tests.stats import StreamTiming, summarize
-from load_tests.stream_bench import one_request
-from tests.harness.local_app import LocalApp
+from load_tests.client.stats import StreamTiming, summarize
+from load_tests.client.stream_bench import one_request
+from load_tests.systems.local_app import LocalApp
+from load_tests.systems.process_usage import cpu_by_group, memory_by_group
 
 
 async def concurrency_one(url: str, count: int, seed: int) -> list[StreamTiming]:

@@ -41,8 +41,8 @@ from app.engine.setup import engine_arguments
 from app.model.source import resolve_model
 from app.net import free_listen_port
 from app.pool.records import Role
-from load_tests.run_conditions import machine
-from load_tests.stats import summarize
+from load_tests.client.stats import summarize
+from load_tests.systems.run_conditions import machine
 
 CONNECTORS = {"push": "NixlPushConnector", "pull": "NixlConnector"}
 

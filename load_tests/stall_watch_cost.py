@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator
 
 from app.flow.migration import StallWatch
-from load_tests.run_conditions import machine
+from load_tests.systems.run_conditions import machine
 
 LIMIT_S = 10.0
 

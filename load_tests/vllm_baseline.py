@@ -5,10 +5,10 @@ clients, two placements of vLLM's engine-core process.
 
 Starts vLLM's OpenAI server on the builtin tiny model with its worker bound to
 ``--cores`` (``VLLM_CPU_OMP_THREADS_BIND``) and runs 128-in / 128-out at concurrency 16
-with the compare harness's own client (httpx, ``load_tests.stream_bench``) and with
+with the compare harness's own client (httpx, ``load_tests.client.stream_bench``) and with
 vLLM's benchmark client (``vllm.benchmarks.serve``, a client nobody here wrote). It does
 so with the engine-core process floating, as vLLM leaves it, and bound to the worker's
-cores, as ``load_tests.compare`` now starts it (``tests/harness/vllm_server.py``), in the
+cores, as ``load_tests.serving.compare`` now starts it (``load_tests/systems/vllm_server.py``), in the
 order floating, bound, bound, floating. For each run: output tokens per second, TTFT
 p50, and the CPU seconds per wall second of the client (this process) and of each
 server process (API server, engine core, worker). Writes JSON to ``--out``.
@@ -28,10 +28,10 @@ import httpx
 import psutil
 
 from app.model.source import resolve_model
-from load_tests.compare import fixed_load
-from load_tests.run_conditions import machine
-from load_tests.stream_bench import one_request
-from tests.harness.vllm_server import bind_engine_processes, vllm_server
+from load_tests.client.stream_bench import one_request
+from load_tests.serving.compare import fixed_load
+from load_tests.systems.run_conditions import machine
+from load_tests.systems.vllm_server import bind_engine_processes, vllm_server
 
 
 def _processes(port: int) -> dict[str, psutil.Process]:

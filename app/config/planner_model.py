@@ -24,7 +24,7 @@ class PlannerModelConfig(Strict):
     )
     frontend: str | None = Field(
         None,
-        description="The front end's CPU costs written by `load_tests.frontend_fit` "
+        description="The front end's CPU costs written by `load_tests.planning.frontend_fit` "
         "(JSON; looked up as `profile`). None: the serving path costs no CPU.",
     )
     cores: int = Field(

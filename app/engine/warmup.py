@@ -49,7 +49,7 @@ PAIR_TIMEOUT_S = 600.0
 # most. It is a head start, not a need (a decode replica meets it on its first request
 # anyway), and it must not wait on decode replicas that are themselves starting: those
 # wait for a prefill replica to pair with, and a redeploy that restarts both pools at
-# once deadlocked for PAIR_TIMEOUT_S (found by load_tests/chaos_soak.py).
+# once deadlocked for PAIR_TIMEOUT_S (found by load_tests/reliability/chaos_soak.py).
 JOIN_PAIR_TIMEOUT_S = 30.0
 
 

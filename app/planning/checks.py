@@ -201,7 +201,7 @@ def advise(workload: Workload) -> Advice:
         advice.recommendation = "measure first"
         advice.reasons = [f"{c.name}: {c.why}" for c in against] + [
             "try conditional disaggregation (long prompts only) and compare with "
-            "`load_tests.compare` before committing"
+            "`load_tests.serving.compare` before committing"
         ]
     else:
         advice.recommendation = "stay colocated"

@@ -10,7 +10,7 @@ runnable process gets an equal share, re-divided whenever one starts or stops
 (:class:`SharedCores`).
 
 The costs come from a run other than the one predicted
-(:mod:`load_tests.frontend_fit`): the front-end processes' CPU seconds over workloads
+(:mod:`load_tests.planning.frontend_fit`): the front-end processes' CPU seconds over workloads
 that differ in requests, remote prefills, chunks and engine steps, solved for the four
 costs.
 """
@@ -61,7 +61,7 @@ class FrontEndCost:
 
     @classmethod
     def from_fit(cls, path: str | Path) -> FrontEndCost:
-        """The costs a :mod:`load_tests.frontend_fit` run wrote, streamed as the default
+        """The costs a :mod:`load_tests.planning.frontend_fit` run wrote, streamed as the default
         config's decode pool streams."""
         from app.config import AppConfig
 

@@ -1,6 +1,6 @@
 """Which layout won a measured side-by-side run, and why, from its own figures.
 
-``splitserve advise --result`` reads what ``make bench-compare`` (``load_tests.compare``)
+``splitserve advise --result`` reads what ``make bench-compare`` (``load_tests.serving.compare``)
 writes: per system, the goodput on the mixed load at the run's SLO (the highest rate at
 which the target share of requests met both the TTFT and the TPOT target), and the
 figures behind it. :func:`verdict` names the system with the highest goodput and says,
@@ -36,7 +36,7 @@ class Measured:
 
 
 def is_compare_result(data: Any) -> bool:
-    """Whether ``data`` is what ``load_tests.compare`` writes."""
+    """Whether ``data`` is what ``load_tests.serving.compare`` writes."""
     return isinstance(data, dict) and isinstance(data.get("rows"), dict) and bool(data["rows"])
 
 
@@ -91,7 +91,7 @@ def verdict(result: dict[str, Any]) -> dict[str, Any]:
     try:
         systems = [measured(name, row, target) for name, row in result["rows"].items()]
     except (KeyError, TypeError) as exc:
-        raise ValueError(f"a compare row lacks {exc}: rerun load_tests.compare") from None
+        raise ValueError(f"a compare row lacks {exc}: rerun load_tests.serving.compare") from None
     with_goodput = [s for s in systems if s.goodput_req_per_s is not None]
     if with_goodput:
         by = "goodput at the SLO"

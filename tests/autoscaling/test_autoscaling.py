@@ -23,7 +23,7 @@ import ray
 import yaml
 from ray import serve
 
-from tests.harness.local_app import LocalApp
+from load_tests.systems.local_app import LocalApp
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,3 @@
-"""What the tests and the load tests share to run the app and talk to it: an app in its
-own Ray cluster on loopback (``local_app``), two test hosts in network namespaces
-(``testnet_cluster``), SSE line splitting (``sse``), a streamed completion over aiohttp
-(``aio_stream``)."""
+"""What only the tests need beside ``load_tests.client`` and ``load_tests.systems``: hostile
+request bodies (``abuse_bodies``) and a client of an engine's NIXL side channel
+(``side_channel_client``)."""

@@ -18,8 +18,8 @@ import pytest
 
 from app.net import free_port
 from deployments.cluster_env import harness_ports, serve_cluster_env
-from tests.harness.local_app import config_args as load_args
-from tests.harness.local_app import wait_ready
+from load_tests.systems.local_app import config_args as load_args
+from load_tests.systems.local_app import wait_ready
 
 CONFIGS = Path(__file__).parents[2] / "serve_configs"
 
@@ -46,7 +46,7 @@ def config_args(name: str) -> dict[str, Any]:
         # A limit tests/integration/test_overload.py can exceed with one burst. The wait
         # rules stay out of the way (a burst's slow first tokens would shed the next
         # test's requests); tests/unit/test_admission.py covers them, and
-        # load_tests/overload.py measures them on real engines.
+        # load_tests/reliability/overload.py measures them on real engines.
         args.setdefault("ingress", {})["admission"] = {
             "max_waiting": ADMISSION_MAX_WAITING,
             "ttft_budget_s": 3600,

@@ -18,7 +18,7 @@ import ray
 from ray import serve
 
 from deployments.replicas import replica_actor_names
-from tests.harness.sse import sse_json_sync
+from load_tests.client.sse import sse_json_sync
 
 APP = "splitserve"
 
@@ -208,7 +208,7 @@ def _app_tokenizer() -> Any:
     from tokenizers import Tokenizer
 
     from app.model.source import resolve_model
-    from tests.harness.local_app import config_args
+    from load_tests.systems.local_app import config_args
 
     default = Path(__file__).parents[2] / "serve_configs" / "default.yaml"
     path = Path(resolve_model(config_args(default)["model"]["source"]))

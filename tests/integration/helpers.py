@@ -6,7 +6,7 @@ import json
 import random
 from typing import Any
 
-from tests.harness.sse import DONE, sse_data_sync
+from load_tests.client.sse import DONE, sse_data_sync
 
 GREEDY = {"temperature": 0, "max_tokens": 16, "ignore_eos": True}
 

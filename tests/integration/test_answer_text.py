@@ -14,8 +14,8 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tests.harness.sse import DONE, sse_data_sync
-from tests.harness.text_oracle import echoes, text_matches
+from load_tests.client.sse import DONE, sse_data_sync
+from load_tests.client.text_oracle import echoes, text_matches
 
 WORDS = ["中文", "日本語", "한국어", "😀", "🚀", "naïve", "plain", "words", "ok", "数据", "café"]
 REQUESTS = 200

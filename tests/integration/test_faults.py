@@ -15,7 +15,7 @@ from app.kv.fallback import Transport, transfer_plan
 from app.pool.client import PoolClient
 from app.pool.records import GenerateRequest, PrefillResult
 from deployments.pool_client import ServePoolClient
-from tests.harness.sse import sse_data_sync
+from load_tests.client.sse import sse_data_sync
 from tests.integration.conftest import TEST_KV_LEASE_S
 from tests.integration.faults import (
     all_blocks_free,

@@ -5,7 +5,7 @@ import threading
 
 import httpx
 
-from tests.harness.sse import sse_json_sync
+from load_tests.client.sse import sse_json_sync
 from tests.integration.helpers import random_prompt
 
 TOKENS = 200

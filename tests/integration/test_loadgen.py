@@ -3,8 +3,8 @@
 import random
 
 from app.planning.goodput import SLO
-from load_tests.loadgen import run_at_rate, summary
-from load_tests.workloads import mixed
+from load_tests.client.loadgen import run_at_rate, summary
+from load_tests.client.workloads import mixed
 
 
 async def test_short_poisson_run_produces_a_complete_result(apps):

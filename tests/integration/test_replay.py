@@ -53,7 +53,7 @@ def test_a_window_of_the_azure_trace_is_replayed_open_loop(apps, tmp_path):
 def test_the_same_window_is_replayed_against_vllms_own_server(tmp_path):
     """`replay` is a client for any OpenAI-compatible server: against vLLM's own, as
     against splitserve; the path taken is ``unknown`` (vLLM's server does not say)."""
-    from tests.harness.vllm_server import vllm_server
+    from load_tests.systems.vllm_server import vllm_server
 
     with vllm_server(8012, cores="0") as url:
         report = replayed(url, tmp_path / "replay_vllm.json")

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.harness.sse import sse_json_sync
-from tests.harness.vllm_server import vllm_server
+from load_tests.client.sse import sse_json_sync
+from load_tests.systems.vllm_server import vllm_server
 from tests.integration.faults import assert_no_kv_held
 
 C, CH = "/v1/completions", "/v1/chat/completions"

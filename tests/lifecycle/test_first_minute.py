@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness.aio_stream import session, stream_completion
+from load_tests.client.aio_stream import session, stream_completion
 from tests.integration.helpers import random_prompt
 from tests.lifecycle import hostile_wave
 from tests.lifecycle.leftovers import wait_gone

@@ -17,8 +17,13 @@ from typing import Any
 
 import pytest
 
-from tests.harness.local_app import config_args, merge
-from tests.harness.testnet_cluster import API_KEY, TestnetCluster, inside_testnet, two_host_args
+from load_tests.systems.local_app import config_args, merge
+from load_tests.systems.testnet_cluster import (
+    API_KEY,
+    TestnetCluster,
+    inside_testnet,
+    two_host_args,
+)
 
 CONFIGS = Path(__file__).parents[2] / "serve_configs"
 

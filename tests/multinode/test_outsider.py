@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.testnet_cluster import API_KEY, TESTNET, cluster_address, host_address
+from load_tests.systems.testnet_cluster import API_KEY, TESTNET, cluster_address, host_address
 from tests.integration.faults import call
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from ray import serve
 
-from tests.harness.testnet_cluster import host_address, set_link
+from load_tests.systems.testnet_cluster import host_address, set_link
 from tests.integration.faults import assert_no_kv_held, call
 from tests.integration.helpers import GREEDY, random_prompt, stream_events, streamed_text
 

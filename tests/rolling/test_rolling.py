@@ -24,8 +24,8 @@ import ray
 from ray import serve
 
 from deployments.builder import build_app
-from tests.harness.local_app import LocalApp, config_args, merge
-from tests.harness.sse import sse_json
+from load_tests.client.sse import sse_json
+from load_tests.systems.local_app import LocalApp, config_args, merge
 from tests.integration.faults import (
     assert_no_kv_held,
     check_migrated,

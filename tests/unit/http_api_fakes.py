@@ -14,7 +14,7 @@ from app.flow.orchestrator import Orchestrator
 from app.model.source import resolve_model
 from app.pool.client import PoolClient
 from app.pool.records import GenerateRequest, PrefillResult, Started, TokenChunk
-from tests.harness.sse import sse_data_sync
+from load_tests.client.sse import sse_data_sync
 
 
 class FakePool(PoolClient):

@@ -116,7 +116,7 @@ def test_vllms_own_choices_bind_nothing(binding):
 def test_vllm_servers_engine_processes_are_bound_and_the_server_is_not():
     """The compare harness binds vLLM's engine core and worker (the server's children) to
     the engine's cores, and leaves its API server where it was."""
-    from tests.harness.vllm_server import bind_engine_processes
+    from load_tests.systems.vllm_server import bind_engine_processes
 
     code = (
         "import subprocess, sys, time; "

@@ -4,7 +4,7 @@ prefills, chunks and engine steps."""
 import pytest
 
 from app.planning.frontend import FrontEndCost
-from load_tests.frontend_fit import fit, fit_client
+from load_tests.planning.frontend_fit import fit, fit_client
 
 COSTS = (0.004, 0.006, 0.0005, 0.0007)  # request, remote, chunk, step
 
@@ -74,7 +74,7 @@ def test_the_load_generators_costs_are_fitted_and_added_only_on_request():
 
 
 def test_rounds_are_fitted_together_and_each_on_its_own():
-    from load_tests.frontend_fit import by_round, named
+    from load_tests.planning.frontend_fit import by_round, named
 
     slower = tuple(c * 1.2 for c in COSTS)
     rows = [{**r, "round": 0} for r in ROWS]

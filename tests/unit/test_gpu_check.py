@@ -4,9 +4,9 @@ no GPU; ``make gpu-check`` runs them on one)."""
 import pytest
 
 from app.config import AppConfig
-from load_tests.gpu_check import CONFIGS, app_overrides, main
-from load_tests.kv_transfer_bench import Placement
-from tests.harness.local_app import config_args, merge
+from load_tests.kv.gpu_check import CONFIGS, app_overrides, main
+from load_tests.kv.kv_transfer_bench import Placement
+from load_tests.systems.local_app import config_args, merge
 
 
 def test_gpu_buffers_are_vram_over_cuda_transports_and_each_side_asks_for_a_gpu():
@@ -46,7 +46,7 @@ def test_the_cpu_config_with_the_checks_changes_is_a_valid_app_config():
 
 
 def test_a_host_without_a_gpu_is_told_so_and_nothing_is_checked(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr("load_tests.gpu_check.gpu_count", lambda: 0)
+    monkeypatch.setattr("load_tests.kv.gpu_check.gpu_count", lambda: 0)
     monkeypatch.setattr("sys.argv", ["gpu_check", "--out-dir", str(tmp_path)])
     assert main() == 2
     assert "shows no GPU" in capsys.readouterr().out

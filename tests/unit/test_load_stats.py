@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from load_tests.stats import StreamTiming, percentile, summarize
+from load_tests.client.stats import StreamTiming, percentile, summarize
 
 
 def test_percentile_matches_linear_interpolation():

@@ -1,4 +1,4 @@
-from load_tests.plots import caption, cdf_points, draw
+from load_tests.reports.plots import caption, cdf_points, draw
 
 
 def test_cdf_points_are_sorted_and_end_at_one():

@@ -1,7 +1,7 @@
 """Reading per-pool counters from the app's /metrics page (vLLM's layout)."""
 
-from load_tests.frontend_fit import STEPS
-from load_tests.pool_usage import BUSY, sum_by_pool
+from load_tests.planning.frontend_fit import STEPS
+from load_tests.systems.pool_usage import BUSY, sum_by_pool
 
 PAGE = """\
 # HELP vllm:iteration_tokens_total Number of tokens per engine_step.

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from load_tests.run_conditions import app_settings, machine
+from load_tests.systems.run_conditions import app_settings, machine
 
 CONFIGS = Path(__file__).parents[2] / "serve_configs"
 

@@ -11,7 +11,7 @@ from deployments.serve_run import main, preflight
 CONFIGS = sorted((Path(__file__).parents[2] / "serve_configs").glob("*.yaml"))
 
 
-def _file(tmp_path: Path, host: str | None, ingress: dict | None = None) -> str:
+def _file(tmp_path: Path, host: str | None, ingress: dict[str, object] | None = None) -> str:
     document = yaml.safe_load((CONFIGS[0].parent / "colocated.yaml").read_text())
     if host is None:
         document.pop("http_options", None)

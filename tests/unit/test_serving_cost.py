@@ -3,8 +3,8 @@ engine, the stream's shape as a client sees it, and py-spy's collapsed stacks re
 
 from __future__ import annotations
 
-from load_tests.serving_cost import per_kilo_token, stream_shape, top_functions
-from load_tests.stats import StreamTiming
+from load_tests.client.stats import StreamTiming
+from load_tests.serving.serving_cost import per_kilo_token, stream_shape, top_functions
 
 
 def test_cpu_per_thousand_tokens_splits_serving_from_the_engine():

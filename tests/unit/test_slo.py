@@ -11,7 +11,7 @@ from app.planning.goodput import (
     misses,
     requests_at,
 )
-from load_tests.stats import StreamTiming
+from load_tests.client.stats import StreamTiming
 
 SLO_ = SLO(ttft_s=0.2, tpot_s=0.05)
 
@@ -107,7 +107,7 @@ def test_a_repeat_count_under_one_is_refused():
 
 
 def test_the_report_shows_the_median_goodput_with_its_spread():
-    from load_tests.compare_report import tables
+    from load_tests.reports.compare_report import tables
 
     stream = {"ttft_ms": {"p50": 10.0, "p99": 20.0}, "tpot_ms": {"p50": 2.0}}
     mixed = {

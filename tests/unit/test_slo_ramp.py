@@ -1,4 +1,4 @@
-"""The ramp benchmark's pure parts (load_tests.slo_ramp)."""
+"""The ramp benchmark's pure parts (load_tests.planning.slo_ramp)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import yaml
 
 from app.config import AppConfig, serve_file_args, serve_file_policy
 from app.planning.scaling_sim import ramp_arrival_times
-from load_tests.slo_ramp import default_policy_config
+from load_tests.planning.slo_ramp import default_policy_config
 
 
 def test_ramp_arrivals_follow_each_phases_rate():

@@ -1,4 +1,4 @@
-"""SSE as the test and load clients read it (tests.harness.sse, on httpx-sse): lines split
+"""SSE as the test and load clients read it (load_tests.client.sse, on httpx-sse): lines split
 only where the SSE spec splits them, whatever the chunking."""
 
 import asyncio
@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from tests.harness.sse import sse_data, sse_data_sync, sse_json
+from load_tests.client.sse import sse_data, sse_data_sync, sse_json
 
 SSE = {"content-type": "text/event-stream; charset=utf-8"}
 

@@ -1,6 +1,6 @@
 """The text oracle the integration tests and the chaos soak judge answers by."""
 
-from tests.harness.text_oracle import echoes, text_matches
+from load_tests.client.text_oracle import echoes, text_matches
 
 
 def test_text_must_be_the_decode_of_the_ids_less_only_an_unfinished_last_character():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.replay.profiles import SloProfile
-from load_tests.trace_report import failed_below_goodput, goodput_by_profile, verdicts
+from load_tests.reports.trace_report import failed_below_goodput, goodput_by_profile, verdicts
 
 CHAT = SloProfile("chat", 1.0, 0.1, "attainment", 0.9, "")
 
@@ -77,7 +77,7 @@ def test_the_admission_budget_refuses_no_wait_the_loosest_profile_meets():
     predicted-wait rule at 0.35 of a budget of twice the TTFT fired at 0.7 of it)."""
     from app.api.admission import Admission
     from app.config import AdmissionConfig
-    from load_tests.trace_bench import admission_budget
+    from load_tests.serving.trace_bench import admission_budget
 
     rules = AdmissionConfig()
     for loosest in (0.3, 5.975, 12.0):

@@ -1,6 +1,6 @@
 import random
 
-from load_tests.workloads import WORKLOADS, fixed, mixed, rate_rng, shared_prefix
+from load_tests.client.workloads import WORKLOADS, fixed, mixed, rate_rng, shared_prefix
 
 
 def test_workloads_are_seeded():
