@@ -1,6 +1,6 @@
 """Where a request's time and an idle app's CPU go: start-up, idle CPU, RSS, per-stage TTFT.
 
-    scripts/loopback-netns .venv/bin/python -m load_tests.path_profile \
+    scripts/loopback-netns .venv/bin/python -m load_tests.serving.path_profile \
         [--config serve_configs/default.yaml] [--idle-s 20] [--requests 30]
 
 Starts the app from ``--config`` in its own Ray cluster on loopback and reports:
