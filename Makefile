@@ -92,28 +92,28 @@ test-integration: setup
 # Not part of CI: N concurrent streams for M minutes with random disconnects.
 SOAK_STREAMS ?= 8
 SOAK_MINUTES ?= 5
-soak: setup
-	$(NETNS) $(PY) -m load_tests.reliability.soak --streams $(SOAK_STREAMS) --minutes $(SOAK_MINUTES)
+soak bench-soak: setup
+	$(NETNS) $(PY) -m load_tests.reliability.soak --streams $(SOAK_STREAMS) --minutes $(SOAK_MINUTES) $(ARGS)
 
 # KV transport benchmark: NIXL vs Ray object store vs memcpy (docs/benchmarks.md).
 bench-kv: setup
-	$(NETNS) $(PY) -m load_tests.kv.kv_transfer_bench
+	$(NETNS) $(PY) -m load_tests.kv.kv_transfer_bench $(ARGS)
 
 # On a GPU host (after `make setup DEVICE=cuda`): NIXL VRAM to VRAM beside a device copy,
 # then the app end to end where vLLM's CUDA build is installed (load_tests/kv/gpu_check.py).
 # Exits 2, checking nothing, on a host without a GPU.
 gpu-check: setup
-	$(NETNS) $(PY) -m load_tests.kv.gpu_check
+	$(NETNS) $(PY) -m load_tests.kv.gpu_check $(ARGS)
 
 # Prefix-heavy workload: prefix-affinity router vs Serve's default routing.
 bench-prefix: setup
-	$(NETNS) $(PY) -m load_tests.serving.prefix_bench
+	$(NETNS) $(PY) -m load_tests.serving.prefix_bench $(ARGS)
 
 # splitserve disaggregated vs colocated vs vLLM's own server, same workloads. The plots go
 # to load_tests/results/plots/ (`python -m load_tests.reports.plots --out-dir docs/img` replaces
 # the docs' plots).
 bench-compare: setup
-	$(NETNS) $(PY) -m load_tests.serving.compare
+	$(NETNS) $(PY) -m load_tests.serving.compare $(ARGS)
 	$(PY) -m load_tests.reports.plots
 
 # Real traffic side by side: a window of the Azure conversation trace replayed open loop
@@ -122,7 +122,7 @@ bench-compare: setup
 # machine; these are the 2-vCPU CPU host's.
 REPLAY_ARGS ?= --duration-s 40 --warm-rate-scale 0.3 --warm-duration-s 20 --rate-scales 0.2 0.5 --slo-ttft-ms 2000
 bench-replay: setup
-	$(NETNS) $(PY) -m load_tests.serving.replay_compare $(REPLAY_ARGS)
+	$(NETNS) $(PY) -m load_tests.serving.replay_compare $(REPLAY_ARGS) $(ARGS)
 
 # Where splitting pays: a window of a trace (Azure's format; default the conversation trace
 # that ships with splitserve) replayed against vLLM's server and four splitserve layouts on
@@ -132,14 +132,14 @@ bench-replay: setup
 TRACE ?= app/replay/data/azure_conv_2023.csv
 OUT ?= load_tests/results/trace_bench.json
 bench-trace: setup
-	$(NETNS) $(PY) -m load_tests.serving.trace_bench --trace $(TRACE) --out $(OUT) $(if $(QUICK),--quick)
+	$(NETNS) $(PY) -m load_tests.serving.trace_bench --trace $(TRACE) --out $(OUT) $(if $(QUICK),--quick) $(ARGS)
 
 # What the serving path costs, by process: CPU per 1,000 output tokens of every process
 # that is not an engine, idle and in closed loops at c=1/16/64, token gaps as a client sees
 # them, py-spy's top functions; vLLM's server beside splitserve (docs/performance.md).
 SERVING_COST_OUT ?= load_tests/results/serving_cost.json
 bench-serving-cost: setup
-	$(NETNS) $(PY) -m load_tests.serving.serving_cost --out $(SERVING_COST_OUT)
+	$(NETNS) $(PY) -m load_tests.serving.serving_cost --out $(SERVING_COST_OUT) $(ARGS)
 
 # NVIDIA's AIPerf and the project's load generator, same workload, against splitserve and
 # vLLM's server. AIPerf gets an environment of its own (the `aiperf` group of pyproject.toml).
@@ -152,12 +152,37 @@ $(AIPERF_VENV)/.setup: pyproject.toml
 	touch $@
 
 bench-aiperf: setup $(AIPERF_VENV)/.setup
-	$(NETNS) $(PY) -m load_tests.serving.aiperf_bench --aiperf $(AIPERF_VENV)/bin/aiperf
+	$(NETNS) $(PY) -m load_tests.serving.aiperf_bench --aiperf $(AIPERF_VENV)/bin/aiperf $(ARGS)
 
 # KV over a shaped link between the test hosts: transfer time and TTFT vs KV bytes.
 bench-link: setup
 	scripts/testnet up 2
-	scripts/testnet exec a $(PY) -m load_tests.kv.link_bench; rc=$$?; scripts/testnet down; exit $$rc
+	scripts/testnet exec a $(PY) -m load_tests.kv.link_bench $(ARGS); rc=$$?; scripts/testnet down; exit $$rc
+
+# The other benchmarks, one target each (docs/load_tests.md: which answers which
+# question); ARGS='...' passes arguments on (each module's --help lists them).
+bench-conversation: setup
+	$(NETNS) $(PY) -m load_tests.serving.conversation_bench $(ARGS)
+bench-path: setup
+	$(NETNS) $(PY) -m load_tests.serving.path_profile $(ARGS)
+bench-chaos: setup
+	$(NETNS) $(PY) -m load_tests.reliability.chaos_soak $(ARGS)
+bench-fault-soak: setup
+	$(NETNS) $(PY) -m load_tests.reliability.fault_soak $(ARGS)
+bench-migration: setup
+	$(NETNS) $(PY) -m load_tests.reliability.migration_bench $(ARGS)
+bench-overload: setup
+	$(NETNS) $(PY) -m load_tests.reliability.overload $(ARGS)
+bench-burst: setup
+	$(NETNS) $(PY) -m load_tests.reliability.burst $(ARGS)
+bench-planner: setup
+	$(PY) -m load_tests.planning.planner_check $(ARGS)
+bench-frontend-fit: setup
+	$(NETNS) $(PY) -m load_tests.planning.frontend_fit $(ARGS)
+bench-slo-ramp: setup
+	$(NETNS) $(PY) -m load_tests.planning.slo_ramp $(ARGS)
+bench-simulated-ramp: setup
+	$(PY) -m load_tests.planning.simulated_ramp $(ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
