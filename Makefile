@@ -66,7 +66,13 @@ observe: setup
 # engine), so each runs as a separate pytest session, first; then the start/stop tests,
 # which start and stop whole clusters; then the main suite; then, where the machine can
 # make network namespaces (root), the two-host tests.
-test: setup
+# promtool checks the alerting rules (observability/alerts.yml) in the unit tests: Debian's
+# binary, unpacked into the venv without installing its server (scripts/fetch-promtool).
+PROMTOOL := $(VENV)/bin/promtool
+$(PROMTOOL): | $(STAMP)
+	scripts/fetch-promtool $(VENV)/bin
+
+test: setup $(PROMTOOL)
 	$(NETNS) $(PY) -m pytest -q -ra tests/autoscaling
 	$(NETNS) $(PY) -m pytest -q -ra tests/rolling
 	$(NETNS) $(PY) -m pytest -q -ra tests/lifecycle
@@ -80,7 +86,7 @@ test-multinode: setup
 	scripts/testnet up 3
 	scripts/testnet exec a $(PY) -m pytest -q -ra tests/multinode; rc=$$?; scripts/testnet down; exit $$rc
 
-test-unit: setup
+test-unit: setup $(PROMTOOL)
 	$(PY) -m pytest -q -m "not integration" tests
 
 test-integration: setup

@@ -9,7 +9,9 @@ Writes a Prometheus config with two scrape jobs and runs Debian's ``prometheus``
 - ``splitserve``: ``GET /metrics`` on the app's API port, as vLLM-layout tools see it
   (``vllm:*`` and ``splitserve_*``, with ``pool`` and ``replica`` labels).
 
-The same numbers reach both jobs; they differ only in names. Prometheus listens on
+The same numbers reach both jobs; they differ only in names. The alerting rules of
+``observability/alerts.yml`` are loaded (Prometheus's Alerts page shows them; route them
+to Alertmanager in your own Prometheus). Prometheus listens on
 127.0.0.1 and keeps its data under ``.observe/`` (removed by nothing: delete it to forget).
 """
 
@@ -25,13 +27,16 @@ from typing import Any
 import yaml
 
 RAY_SD_FILE = "/tmp/ray/prom_metrics_service_discovery.json"
+ALERT_RULES = Path(__file__).resolve().parents[1] / "observability" / "alerts.yml"
 
 
 def prometheus_config(sd_file: str, api_target: str, scrape_interval_s: float) -> dict[str, Any]:
-    """A Prometheus config scraping Ray's metrics agents (file_sd) and the app's ``/metrics``."""
+    """A Prometheus config scraping Ray's metrics agents (file_sd) and the app's ``/metrics``,
+    with splitserve's alerting rules."""
     interval = f"{scrape_interval_s:g}s"
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "rule_files": [str(ALERT_RULES)],
         "scrape_configs": [
             {"job_name": "ray", "file_sd_configs": [{"files": [sd_file]}]},
             {
