@@ -13,36 +13,44 @@ PIP := $(PY) -m pip
 # CPU stack over a CUDA one.
 DEVICE ?= $(shell cat $(VENV)/.device 2>/dev/null || echo cpu)
 # Bump to force `make setup` to reinstall on every machine.
-STAMP := $(VENV)/.setup-v1$(if $(filter cuda,$(DEVICE)),-cuda,)
+STAMP := $(VENV)/.setup-v2$(if $(filter cuda,$(DEVICE)),-cuda,)
 CONFIG ?= serve_configs/default.yaml
-# Where pip finds the CPU build of torch 2.13.0 (e.g. PyTorch's CPU wheel index) on
-# machines whose package index does not serve it; empty means the default index.
+# Where pip finds the CPU build of torch 2.13.0 (torch==2.13.0+cpu in the lock; e.g.
+# https://download.pytorch.org/whl/cpu) on machines whose package index does not serve
+# it; empty means the default index and pip's own settings.
 TORCH_INDEX ?=
 # Tests run in a loopback-only network namespace where possible (see the script).
 NETNS := scripts/loopback-netns
 
-.PHONY: setup run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-replay bench-trace bench-serving-cost bench-aiperf bench-link gpu-check
+.PHONY: setup lock run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-replay bench-trace bench-serving-cost bench-aiperf bench-link gpu-check bench-soak bench-conversation bench-path bench-chaos bench-fault-soak bench-migration bench-overload bench-burst bench-planner bench-frontend-fit bench-slo-ramp bench-simulated-ramp
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+# Every package comes from the lock for DEVICE, each file checked against its sha256
+# (scripts/lock writes the locks; --no-deps: nothing resolves anew). The CPU lock leaves
+# out torchvision, torchaudio, torchcodec and triton, which text-only vLLM on the CPU
+# never imports (PyPI's torchvision breaks `import transformers` beside a CPU torch).
+LOCK := requirements/$(DEVICE).lock
+
+$(STAMP): pyproject.toml Makefile $(LOCK) requirements/pip.lock
 	@case "$(DEVICE)" in cpu|cuda) ;; *) echo "DEVICE must be cpu or cuda, not '$(DEVICE)'"; exit 2;; esac
 	@if [ -f $(VENV)/.device ] && [ "$$(cat $(VENV)/.device)" != "$(DEVICE)" ]; then \
 		echo "$(VENV) holds the $$(cat $(VENV)/.device) stack; remove it to set up for $(DEVICE)"; exit 2; fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
-ifeq ($(DEVICE),cuda)
-	$(PIP) install --quiet -e '.[cuda,test,bench]'
-else
-	$(PIP) install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(PIP) install --quiet -e '.[cpu,test,bench]'
-	@# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside a CPU
-	@# torch, and triton is unused on CPU: text-only vLLM needs none of them.
+	$(PIP) install --quiet --require-hashes -r requirements/pip.lock
+	$(PIP) install --quiet --require-hashes --no-deps -r $(LOCK) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(PIP) install --quiet --no-deps --no-build-isolation -e .
+ifneq ($(DEVICE),cuda)
+	@# A venv set up before the lock may still hold them.
 	$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 endif
 	$(PY) -c "import vllm, ray, nixl._api, starlette, pydantic; print('setup ok: vllm', vllm.__version__, 'ray', ray.__version__)"
 	echo $(DEVICE) > $(VENV)/.device
 	touch $(STAMP)
+
+# Rewrite requirements/*.lock from pyproject.toml (after a dependency change).
+lock:
+	scripts/lock
 
 # Serve's proxy and controller read these when Ray starts, never from the app's config
 # (deployments/cluster_env.py, docs/performance.md). With them the ingress also serves
