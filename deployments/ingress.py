@@ -21,6 +21,7 @@ from app.flow.request_timings import RequestTimings
 from app.flow.transfer_metrics import RayTransferMetrics
 from app.kv.fallback import nixl_installed, transfer_plan
 from app.model.source import resolve_model
+from app.observability.tracing import Tracing
 from app.routing.decode_affinity import shared
 from app.scaling.demand import DemandMeter
 from deployments.cluster_env import missing_cluster_env
@@ -130,6 +131,7 @@ class Ingress:
             on_arrival=self._demand.arrived,
             readiness=self._readiness,
             on_refuse=RayAdmissionMetrics(application).refused,
+            tracing=Tracing(config.tracing, application),
         )
         # Ask the pools once before Serve routes here: an ingress replica added to a
         # running app (a redeploy, a scale-up) starts ready instead of refusing its

@@ -39,6 +39,7 @@ from typing import Any
 from app.api.answer_text import VllmAnswerText
 from app.api.request_scope import REQUEST_SCOPE
 from app.api.sample_output import SampleOutput, completion_output
+from app.flow import request_trace
 from app.flow.deadline import Deadline
 from app.flow.migration import AnswerText
 from app.flow.orchestrator import Orchestrator
@@ -220,6 +221,7 @@ class PoolEngineClient:
             # A session lives within its salt: another tenant's client sending the same
             # x-session-id reaches none of this one's.
             session = f"{hashlib.sha256(salt.encode()).hexdigest()[:16]}:{session}"
+        trace = scope.trace if scope is not None else None
         request = GenerateRequest(
             request_id=engine_id,
             prompt_token_ids=ids,
@@ -228,8 +230,10 @@ class PoolEngineClient:
             session_id=session,
             origin_id=engine_id,
             cache_salt=salt,
+            trace_headers=trace.headers() if trace is not None else None,
         )
         started = time.perf_counter()
+        started_ns = time.time_ns()
         ended = "failed"
         answered = False
         try:
@@ -259,6 +263,13 @@ class PoolEngineClient:
                     self.on_unfinished(timings, ended)
                 except Exception:  # metrics must never fail a request
                     logger.exception("recording request metrics failed")
+            if trace is not None:
+                try:
+                    request_trace.record(
+                        trace, timings, started_ns, time.time_ns(), index, ended or None
+                    )
+                except Exception:  # tracing must never fail a request
+                    logger.exception("recording the request's trace failed")
         if self.on_complete is not None:
             try:
                 self.on_complete(timings)

@@ -41,6 +41,7 @@ from app.api.request_scope import REQUEST_SCOPE, RequestScope
 from app.api.sse_report import SSE_DONE, error_event, with_report
 from app.config import IngressConfig
 from app.observability.metrics_page import CONTENT_TYPE
+from app.observability.tracing import RequestSpan, Tracing
 
 logger = logging.getLogger("splitserve.http")
 
@@ -64,6 +65,7 @@ class OpenAIServer:
         on_arrival: Callable[[], None] | None = None,
         readiness: Readiness | None = None,
         on_refuse: Callable[[Reason], None] | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest
@@ -77,6 +79,8 @@ class OpenAIServer:
         self.on_arrival = on_arrival  # each generation request, before admission
         # None: the pools are taken as ready (tests over fake pools).
         self.readiness = readiness
+        # One trace per generation request (tracing: in the config), or None.
+        self.tracing = tracing if tracing is not None and tracing.enabled else None
         admission = config.admission
         self.admission = Admission(
             admission.ttft_budget_s,
@@ -246,6 +250,32 @@ class OpenAIServer:
             self._authorize(request)
         except APIError as error:
             return error_response(error)
+        if self.tracing is None:
+            return await self._serve(request, model, handler, arrived, None)
+        trace = self.tracing.start(request.headers, {"http.route": request.url.path})
+        try:
+            response = await self._serve(request, model, handler, arrived, trace)
+        except BaseException:
+            if trace is not None:
+                trace.end(error="the request was cancelled")
+            raise
+        if trace is None:
+            return response
+        response.headers.update(trace.headers())
+        if isinstance(response, StreamingResponse):
+            response.body_iterator = _ending(response.body_iterator, trace)
+        else:
+            trace.end(response.status_code)
+        return response
+
+    async def _serve(
+        self,
+        request: Request,
+        model: TypeAdapter[Any],
+        handler: Handler,
+        arrived: float,
+        trace: RequestSpan | None,
+    ) -> Response:
         # Admitted (or refused) as it arrives, before its body is parsed: requests still
         # being parsed count as waiting, and a request found bad leaves the queue at once.
         # A refused request's body is read and checked too, holding no slot: bad input
@@ -264,18 +294,25 @@ class OpenAIServer:
             raise
         ticket.parsed(samples(parsed))
         self._arrived()  # demand: authenticated, admitted, well-formed work only
-        response = await self._admitted(parsed, request, handler, ticket, arrived)
+        response = await self._admitted(parsed, request, handler, ticket, arrived, trace)
         if response.status_code == HTTPStatus.SERVICE_UNAVAILABLE:
             self.admission.refuse(Reason.POOL_QUEUE_FULL, "a pool's queue is full")
         return response
 
     async def _admitted(
-        self, parsed: Any, request: Request, handler: Handler, ticket: Ticket, arrived: float
+        self,
+        parsed: Any,
+        request: Request,
+        handler: Handler,
+        ticket: Ticket,
+        arrived: float,
+        trace: RequestSpan | None = None,
     ) -> Response:
         scope = RequestScope(
             on_first_token=ticket.first_token,
             arrived=arrived,
             session_id=request.headers.get("x-session-id", "")[:256] or None,
+            trace=trace,
         )
         REQUEST_SCOPE.set(scope)
         streaming = False
@@ -385,3 +422,14 @@ def _error_json(body: dict[str, Any], status: int, retry_after_s: int) -> JSONRe
         {"Retry-After": str(retry_after_s)} if status == HTTPStatus.SERVICE_UNAVAILABLE else None
     )
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def _ending(body: Any, trace: RequestSpan) -> AsyncIterator[Any]:
+    """``body``, a streamed answer, closing the request's root span when it ends."""
+    error = "the client left before the answer's end"
+    try:
+        async for part in body:
+            yield part
+        error = ""
+    finally:
+        trace.end(200, error or None)

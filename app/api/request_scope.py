@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.flow.request_timings import RequestTimings
+from app.observability.tracing import RequestSpan
 
 
 @dataclass
@@ -19,6 +20,7 @@ class RequestScope:
     on_first_token: Callable[[], None] | None = None
     arrived: float | None = None  # time.perf_counter() when the HTTP request arrived
     session_id: str | None = None  # the client's x-session-id header
+    trace: RequestSpan | None = None  # the request's trace, when the app traces
 
 
 # Set by the HTTP layer for each HTTP request it serves.

@@ -21,6 +21,7 @@ from app.config.planner_model import PlannerModelConfig
 from app.config.routing import MigrationConfig, RequestPathConfig, RouterConfig
 from app.config.serve_file import serve_file_args, serve_file_policy
 from app.config.slo import SloConfig
+from app.config.tracing import TracingConfig
 from app.config.transport import TransportConfig
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "RequestPathConfig",
     "RouterConfig",
     "SloConfig",
+    "TracingConfig",
     "TransportConfig",
     "serve_file_args",
     "serve_file_policy",

@@ -10,6 +10,7 @@ from app.config.model import ModelConfig
 from app.config.openai import OpenAIConfig
 from app.config.routing import MigrationConfig, RequestPathConfig, RouterConfig
 from app.config.slo import SloConfig
+from app.config.tracing import TracingConfig
 from app.config.transport import TransportConfig
 
 
@@ -24,6 +25,7 @@ class AppConfig(Strict):
     router: RouterConfig = Field(default_factory=RouterConfig)
     request_path: RequestPathConfig = Field(default_factory=RequestPathConfig)
     migration: MigrationConfig = Field(default_factory=MigrationConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
     slo: SloConfig = Field(
         default_factory=SloConfig,
         description="TTFT/TPOT targets: the SLO autoscaling policy, goodput, the planner.",

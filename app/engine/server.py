@@ -367,7 +367,9 @@ class EngineServer(EngineControl):
             prompt: dict[str, Any] = {"prompt_token_ids": request.prompt_token_ids}
             if request.cache_salt:
                 prompt["cache_salt"] = request.cache_salt
-            async for output in self.engine.generate(prompt, params, request.request_id):
+            async for output in self.engine.generate(
+                prompt, params, request.request_id, trace_headers=request.trace_headers
+            ):
                 finished = output.finished
                 yield output
         finally:

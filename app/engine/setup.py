@@ -64,6 +64,10 @@ def engine_environment(
     binding = cpu_binding(pool)
     if binding is not None:
         env["VLLM_CPU_OMP_THREADS_BIND"] = binding
+    if config.tracing.otlp_endpoint is not None and config.tracing.engine_spans:
+        # vLLM's exporter speaks gRPC unless told; tracing.otlp_endpoint is OTLP/HTTP.
+        env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "http/protobuf"
+        env["OTEL_SERVICE_NAME"] = f"{config.tracing.service_name}-{role.value}"
     if role is not Role.COLOCATED:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = side_channel_host(config.transport.side_channel_host)
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_channel_port)
@@ -186,6 +190,10 @@ def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: 
         long_prefill_token_threshold=pool.long_prefill_token_threshold,
         kv_transfer_config=kv_transfer,
         worker_extension_cls=extension,
+        # The engine's own span (vLLM's llm_request) in the request's trace.
+        otlp_traces_endpoint=(
+            config.tracing.otlp_endpoint if config.tracing.engine_spans else None
+        ),
         structured_outputs_config=StructuredOutputsConfig(
             backend=model.structured_outputs_backend,
             reasoning_parser=config.openai.reasoning_parser or "",

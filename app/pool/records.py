@@ -60,6 +60,9 @@ class GenerateRequest:
     # Prefill only: sample the answer's first token with the request's own sampling
     # parameters and return it, where decode can continue from it (app.flow.first_token).
     sample_first_token: bool = False
+    # W3C trace context (``traceparent``) of the request's trace, when the app traces:
+    # the engine's own span (vLLM's ``llm_request``) joins it.
+    trace_headers: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

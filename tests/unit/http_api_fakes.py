@@ -79,6 +79,7 @@ def make_client(
     api_key=None,
     timeout_s=10.0,
     metrics_page=None,
+    tracing=None,
     **ingress,
 ):
     pool = pool or FakePool()
@@ -88,7 +89,9 @@ def make_client(
     engine_client.request_timeout_s = timeout_s
     engine_client.on_complete = None
     ingress.setdefault("report_internals", True)
-    server = OpenAIServer(engine_client.serving, IngressConfig(**ingress), api_key, metrics_page)
+    server = OpenAIServer(
+        engine_client.serving, IngressConfig(**ingress), api_key, metrics_page, tracing=tracing
+    )
     return TestClient(server.asgi_app())
 
 

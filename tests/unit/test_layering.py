@@ -13,9 +13,11 @@ APP = ROOT / "app"
 # (planning and replay answer the same question together: trace advice runs replay's
 # profiles, replay reads planning's SLO).
 LAYERS: list[set[str]] = [
-    {"net", "host", "cpu_affinity", "model", "kv", "routing", "scaling"},
-    {"pool", "observability"},
+    {"net", "host", "cpu_affinity", "model", "routing", "scaling"},
     {"config"},
+    {"observability"},
+    {"kv"},
+    {"pool"},
     {"engine"},
     {"flow"},
     {"api"},
