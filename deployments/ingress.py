@@ -132,6 +132,7 @@ class Ingress:
             readiness=self._readiness,
             on_refuse=RayAdmissionMetrics(application).refused,
             tracing=Tracing(config.tracing, application),
+            priority=config.priority,
         )
         # Ask the pools once before Serve routes here: an ingress replica added to a
         # running app (a redeploy, a scale-up) starts ready instead of refusing its

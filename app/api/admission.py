@@ -181,9 +181,9 @@ class Admission:
             self._depths.popleft()
         return max((depth for _, depth in self._depths), default=0)
 
-    def admit(self) -> Ticket:
+    def admit(self, share: float = 1.0) -> Ticket:
         """A ticket for a new request, or :class:`Overloaded` (counted)."""
-        refused = self.refusal()
+        refused = self.refusal(share)
         if refused is not None:
             raise self.count(refused)
         return self.enter()
@@ -207,35 +207,44 @@ class Admission:
             if samples > 1:
                 self._extra[number] = samples - 1
 
-    def refusal(self) -> Overloaded | None:
+    def refusal(self, share: float = 1.0) -> Overloaded | None:
         """The refusal a request arriving now would get, not counted yet (:meth:`count`
-        counts it once it is sent), or None: it would be admitted."""
+        counts it once it is sent), or None: it would be admitted.
+
+        ``share``: the request's priority class's share of the limits (1: all of them): a
+        lower class is refused once the queue, the oldest wait or the predicted wait
+        reaches its share of each limit, so the higher classes keep the rest.
+        """
         rate = self.drain_rate() if self.predicted_limit_s > 0 else None
-        if self.waiting >= self.max_waiting:
+        most = max(1, math.floor(self.max_waiting * share))
+        if self.waiting >= most:
             return self._refusal(
                 Reason.MAX_WAITING,
-                f"{self.waiting} requests already wait for their first token",
+                f"{self.waiting} requests already wait for their first token"
+                + (f" (this class is admitted while fewer than {most} wait)" if share < 1 else ""),
                 rate,
             )
         oldest = self.oldest_wait_s()
-        if oldest > self.limit_s:
+        limit_s = self.limit_s * share
+        if oldest > limit_s:
             return self._refusal(
                 Reason.OLDEST_WAIT,
                 f"requests wait {oldest:.1f} s for a first token (budget "
-                f"{self.ttft_budget_s:g} s, admitting while under {self.limit_s:g} s)",
+                f"{self.ttft_budget_s:g} s, admitting while under {limit_s:g} s)",
                 rate,
             )
+        predicted_limit_s = self.predicted_limit_s * share
         if (
             rate is not None
-            and (predicted := self.predicted_wait_s(rate)) > self.predicted_limit_s
-            and self.waiting > self.proven_depth()
+            and (predicted := self.predicted_wait_s(rate)) > predicted_limit_s
+            and self.waiting > self.proven_depth() * share
         ):
             return self._refusal(
                 Reason.PREDICTED_WAIT,
                 f"{self.waiting} requests wait for a first token and the pools serve "
                 f"{rate:.1f} a second: a new one would wait {predicted:.1f} s "
                 f"(budget {self.ttft_budget_s:g} s, admitting under "
-                f"{self.predicted_limit_s:g} s)",
+                f"{predicted_limit_s:g} s)",
                 rate,
             )
         return None

@@ -105,6 +105,7 @@ class PoolEngineClient:
         prompt: Any,
         sampling_params: Any,
         request_id: str,
+        priority: int = 0,
         **_: Any,
     ) -> AsyncGenerator[Any, None]:
         """Serve one prompt (``sampling_params.n`` samples) as ``RequestOutput``s.
@@ -141,7 +142,9 @@ class PoolEngineClient:
         # carried to every engine and router that caches or hashes the prompt.
         salt = getattr(engine_request, "cache_salt", None) or None
         streams = [
-            self._sample(ids, sampling_params, engine_key, k, n, first_token, answer_text, salt)
+            self._sample(
+                ids, sampling_params, engine_key, k, n, first_token, answer_text, salt, priority
+            )
             for k in range(n)
         ]
         samples = [SampleOutput(k) for k in range(n)]
@@ -196,6 +199,7 @@ class PoolEngineClient:
         first_token: asyncio.Event,
         answer_text: Callable[[], AnswerText],
         salt: str | None = None,
+        priority: int = 0,
     ) -> AsyncGenerator[TokenChunk, None]:
         """One sample's chunks; samples after the first wait for its first chunk from
         decode."""
@@ -231,6 +235,10 @@ class PoolEngineClient:
             origin_id=engine_id,
             cache_salt=salt,
             trace_headers=trace.headers() if trace is not None else None,
+            # The request's priority class's, else vLLM's own (the body's `priority`).
+            priority=(
+                scope.priority if scope is not None and scope.priority is not None else priority
+            ),
         )
         started = time.perf_counter()
         started_ns = time.time_ns()

@@ -39,7 +39,7 @@ from app.api.request_body import check_body, read_json, samples, validate
 from app.api.request_report import splitserve_field
 from app.api.request_scope import REQUEST_SCOPE, RequestScope
 from app.api.sse_report import SSE_DONE, error_event, with_report
-from app.config import IngressConfig
+from app.config import IngressConfig, PriorityClass, PriorityConfig
 from app.observability.metrics_page import CONTENT_TYPE
 from app.observability.tracing import RequestSpan, Tracing
 
@@ -66,6 +66,7 @@ class OpenAIServer:
         readiness: Readiness | None = None,
         on_refuse: Callable[[Reason], None] | None = None,
         tracing: Tracing | None = None,
+        priority: PriorityConfig | None = None,
     ) -> None:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest
@@ -79,6 +80,8 @@ class OpenAIServer:
         self.on_arrival = on_arrival  # each generation request, before admission
         # None: the pools are taken as ready (tests over fake pools).
         self.readiness = readiness
+        # Named classes a request picks by header (priority: in the config).
+        self.priority = priority if priority is not None and priority.enabled else None
         # One trace per generation request (tracing: in the config), or None.
         self.tracing = tracing if tracing is not None and tracing.enabled else None
         admission = config.admission
@@ -280,7 +283,12 @@ class OpenAIServer:
         # being parsed count as waiting, and a request found bad leaves the queue at once.
         # A refused request's body is read and checked too, holding no slot: bad input
         # is a 400 under any load (a check costs about 25 µs).
-        refused = self._not_ready() or self.admission.refusal()
+        try:
+            chosen = self._priority_class(request)
+        except APIError as error:
+            return error_response(error)
+        share = chosen[1].admission_share if chosen is not None else 1.0
+        refused = self._not_ready() or self.admission.refusal(share)
         if refused is not None:
             return await self._refused_unless_bad(request, model, refused)
         ticket = self.admission.enter()
@@ -294,7 +302,9 @@ class OpenAIServer:
             raise
         ticket.parsed(samples(parsed))
         self._arrived()  # demand: authenticated, admitted, well-formed work only
-        response = await self._admitted(parsed, request, handler, ticket, arrived, trace)
+        response = await self._admitted(
+            parsed, request, handler, ticket, arrived, trace, chosen[1] if chosen else None
+        )
         if response.status_code == HTTPStatus.SERVICE_UNAVAILABLE:
             self.admission.refuse(Reason.POOL_QUEUE_FULL, "a pool's queue is full")
         return response
@@ -307,12 +317,14 @@ class OpenAIServer:
         ticket: Ticket,
         arrived: float,
         trace: RequestSpan | None = None,
+        priority: PriorityClass | None = None,
     ) -> Response:
         scope = RequestScope(
             on_first_token=ticket.first_token,
             arrived=arrived,
             session_id=request.headers.get("x-session-id", "")[:256] or None,
             trace=trace,
+            priority=priority.priority if priority is not None else None,
         )
         REQUEST_SCOPE.set(scope)
         streaming = False
@@ -347,6 +359,23 @@ class OpenAIServer:
         finally:
             if not streaming:
                 ticket.done()
+
+    def _priority_class(self, request: Request) -> tuple[str, PriorityClass] | None:
+        """The request's priority class, from its header (the default without one); a
+        400 naming the known classes for an unknown one; None when there are none."""
+        if self.priority is None:
+            return None
+        named = request.headers.get(self.priority.header)
+        chosen = self.priority.of(named)
+        if chosen is None:
+            known = ", ".join(sorted(self.priority.classes))
+            raise APIError(
+                f"unknown priority class {(named or '')[:64]!r} in {self.priority.header}; "
+                f"the classes are: {known}",
+                HTTPStatus.BAD_REQUEST,
+                param=self.priority.header,
+            )
+        return chosen
 
     def _error(self, body: dict[str, Any], status: int) -> JSONResponse:
         """An error answer; a 503 tells when to retry: the measured drain time."""

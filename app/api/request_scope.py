@@ -21,6 +21,7 @@ class RequestScope:
     arrived: float | None = None  # time.perf_counter() when the HTTP request arrived
     session_id: str | None = None  # the client's x-session-id header
     trace: RequestSpan | None = None  # the request's trace, when the app traces
+    priority: int | None = None  # its priority class's engine priority, when it has one
 
 
 # Set by the HTTP layer for each HTTP request it serves.

@@ -18,6 +18,7 @@ from app.config.deployment import (
 from app.config.model import ModelConfig
 from app.config.openai import OpenAIConfig
 from app.config.planner_model import PlannerModelConfig
+from app.config.priority import PriorityClass, PriorityConfig
 from app.config.routing import MigrationConfig, RequestPathConfig, RouterConfig
 from app.config.serve_file import serve_file_args, serve_file_policy
 from app.config.slo import SloConfig
@@ -36,6 +37,8 @@ __all__ = [
     "OpenAIConfig",
     "PlannerModelConfig",
     "PoolConfig",
+    "PriorityClass",
+    "PriorityConfig",
     "RayActorOptions",
     "RequestPathConfig",
     "RouterConfig",

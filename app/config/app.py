@@ -8,6 +8,7 @@ from app.config.base import Mode, Strict
 from app.config.deployment import IngressConfig, PoolConfig
 from app.config.model import ModelConfig
 from app.config.openai import OpenAIConfig
+from app.config.priority import PriorityConfig
 from app.config.routing import MigrationConfig, RequestPathConfig, RouterConfig
 from app.config.slo import SloConfig
 from app.config.tracing import TracingConfig
@@ -26,6 +27,7 @@ class AppConfig(Strict):
     request_path: RequestPathConfig = Field(default_factory=RequestPathConfig)
     migration: MigrationConfig = Field(default_factory=MigrationConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
+    priority: PriorityConfig = Field(default_factory=PriorityConfig)
     slo: SloConfig = Field(
         default_factory=SloConfig,
         description="TTFT/TPOT targets: the SLO autoscaling policy, goodput, the planner.",

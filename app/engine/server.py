@@ -368,7 +368,11 @@ class EngineServer(EngineControl):
             if request.cache_salt:
                 prompt["cache_salt"] = request.cache_salt
             async for output in self.engine.generate(
-                prompt, params, request.request_id, trace_headers=request.trace_headers
+                prompt,
+                params,
+                request.request_id,
+                trace_headers=request.trace_headers,
+                priority=request.priority,
             ):
                 finished = output.finished
                 yield output

@@ -190,6 +190,8 @@ def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: 
         long_prefill_token_threshold=pool.long_prefill_token_threshold,
         kv_transfer_config=kv_transfer,
         worker_extension_cls=extension,
+        # Priority classes: the engines run the class's priority first.
+        scheduling_policy="priority" if config.priority.enabled else "fcfs",
         # The engine's own span (vLLM's llm_request) in the request's trace.
         otlp_traces_endpoint=(
             config.tracing.otlp_endpoint if config.tracing.engine_spans else None

@@ -63,6 +63,9 @@ class GenerateRequest:
     # W3C trace context (``traceparent``) of the request's trace, when the app traces:
     # the engine's own span (vLLM's ``llm_request``) joins it.
     trace_headers: dict[str, str] | None = None
+    # vLLM's request priority in the engines (lower first; their `priority` scheduling
+    # when the app has priority classes, else ignored).
+    priority: int = 0
 
 
 @dataclass(frozen=True)

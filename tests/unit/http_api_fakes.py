@@ -80,6 +80,7 @@ def make_client(
     timeout_s=10.0,
     metrics_page=None,
     tracing=None,
+    priority=None,
     **ingress,
 ):
     pool = pool or FakePool()
@@ -90,9 +91,16 @@ def make_client(
     engine_client.on_complete = None
     ingress.setdefault("report_internals", True)
     server = OpenAIServer(
-        engine_client.serving, IngressConfig(**ingress), api_key, metrics_page, tracing=tracing
+        engine_client.serving,
+        IngressConfig(**ingress),
+        api_key,
+        metrics_page,
+        tracing=tracing,
+        priority=priority,
     )
-    return TestClient(server.asgi_app())
+    client = TestClient(server.asgi_app())
+    client.server = server  # type: ignore[attr-defined]
+    return client
 
 
 @pytest.fixture

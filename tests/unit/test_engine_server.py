@@ -16,7 +16,7 @@ class NoEngine:
     def __init__(self):
         self.generated = []
 
-    async def generate(self, prompt, params, request_id):
+    async def generate(self, prompt, params, request_id, trace_headers=None, priority=0):
         self.generated.append(request_id)
         raise AssertionError("the engine must not be asked")
         yield
@@ -52,7 +52,7 @@ class FailedLoad:
         self.refused = refused
         self.params: dict[str, object] | None = None
 
-    async def generate(self, prompt, params, request_id):
+    async def generate(self, prompt, params, request_id, trace_headers=None, priority=0):
         from types import SimpleNamespace
 
         self.params = params.extra_args["kv_transfer_params"]
@@ -172,7 +172,7 @@ class Streaming:
         self.steps = steps
         self.between: list[object] = []
 
-    async def generate(self, prompt, params, request_id):
+    async def generate(self, prompt, params, request_id, trace_headers=None, priority=0):
         import asyncio
         from types import SimpleNamespace
 
