@@ -22,7 +22,7 @@ TORCH_INDEX ?=
 # Tests run in a loopback-only network namespace where possible (see the script).
 NETNS := scripts/loopback-netns
 
-.PHONY: setup lock run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-replay bench-trace bench-serving-cost bench-aiperf bench-link gpu-check bench-soak bench-conversation bench-path bench-chaos bench-fault-soak bench-migration bench-overload bench-burst bench-planner bench-frontend-fit bench-slo-ramp bench-simulated-ramp
+.PHONY: setup lock run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-replay bench-trace bench-serving-cost bench-aiperf bench-link gpu-check bench-soak bench-conversation bench-path bench-chaos bench-fault-soak bench-migration bench-overload bench-burst bench-priority bench-planner bench-frontend-fit bench-slo-ramp bench-simulated-ramp
 
 setup: $(STAMP)
 
@@ -189,6 +189,8 @@ bench-overload: setup
 	$(NETNS) $(PY) -m load_tests.reliability.overload $(ARGS)
 bench-burst: setup
 	$(NETNS) $(PY) -m load_tests.reliability.burst $(ARGS)
+bench-priority: setup
+	$(NETNS) $(PY) -m load_tests.reliability.priority_bench $(ARGS)
 bench-planner: setup
 	$(PY) -m load_tests.planning.planner_check $(ARGS)
 bench-frontend-fit: setup

@@ -48,14 +48,18 @@ async def events(response: Any) -> AsyncIterator[dict[str, Any]]:
 
 
 async def stream_completion(
-    client: Any, url: str, body: dict[str, Any], since: float | None = None
+    client: Any,
+    url: str,
+    body: dict[str, Any],
+    since: float | None = None,
+    headers: dict[str, str] | None = None,
 ) -> Streamed:
-    """POST ``body`` (streamed, with usage) to ``url``/v1/completions and read it to the
-    end; times count from ``since`` (``time.perf_counter()``; now if None)."""
+    """POST ``body`` (streamed, with usage) to ``url``/v1/completions with ``headers`` and
+    read it to the end; times count from ``since`` (``time.perf_counter()``; now if None)."""
     since = time.perf_counter() if since is None else since
     body = {**body, "stream": True, "stream_options": {"include_usage": True}}
     result = Streamed()
-    async with client.post(f"{url}/v1/completions", json=body) as response:
+    async with client.post(f"{url}/v1/completions", json=body, headers=headers) as response:
         result.status = response.status
         result.head_s = time.perf_counter() - since
         result.retry_after = response.headers.get("Retry-After")
