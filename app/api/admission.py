@@ -49,6 +49,8 @@ from collections import deque
 from collections.abc import Callable
 from enum import StrEnum
 
+from app.config.deployment import AdmissionConfig
+
 
 class Reason(StrEnum):
     """Why a request was refused (the ``reason`` label of the refusal counter)."""
@@ -132,6 +134,24 @@ class Admission:
         self._served: deque[tuple[float, float, int]] = deque()
         # First tokens served within the limit, longer: (busy-time stamp, depth served).
         self._depths: deque[tuple[float, int]] = deque()
+
+    @classmethod
+    def of(
+        cls,
+        config: AdmissionConfig,
+        clock: Callable[[], float] = time.monotonic,
+        on_refuse: Callable[[Reason], None] | None = None,
+    ) -> Admission:
+        """Admission by ``ingress.admission``'s rules."""
+        return cls(
+            config.ttft_budget_s,
+            config.max_waiting,
+            config.retry_after_s,
+            config.headroom,
+            clock=clock,
+            predicted_share=config.predicted_share,
+            on_refuse=on_refuse,
+        )
 
     @property
     def waiting(self) -> int:

@@ -1,11 +1,12 @@
 """The OpenAI HTTP API as a Starlette app: routes onto vLLM's own serving classes.
 
 vLLM's layer (:mod:`app.api.openai_serving`) validates, renders and answers each request;
-this module adds what splitserve promises on top: the API key, checked first; admission,
-with the slot given back however the request ends; the body read and checked by
-:mod:`app.api.request_body` (limits, clear errors for malformed bodies, refusal of any
-client field that steers KV transfer); and the ``splitserve`` field (server-side timings
-and how the KV moved) when usage is sent.
+this module adds what splitserve promises on top: the API key, checked first; the
+request's priority class (:mod:`app.api.priority_class`); admission by its class's share,
+with the slot given back however the request ends; one trace per request when tracing;
+the body read and checked by :mod:`app.api.request_body` (limits, clear errors for
+malformed bodies, refusal of any client field that steers KV transfer); and the
+``splitserve`` field (server-side timings and how the KV moved) when usage is sent.
 A stream that fails before its first event is answered with a plain HTTP error.
 
 ``GET /metrics`` serves Prometheus text (:mod:`app.observability.metrics_page`) and this
@@ -18,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
-import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
@@ -32,8 +32,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from app.api.admission import Admission, Overloaded, Reason, Ticket
+from app.api.error_responses import error_json, error_response, generic_body, incident_id
 from app.api.errors import APIError
 from app.api.openai_serving import OpenAIServing
+from app.api.priority_class import request_class
 from app.api.readiness import Readiness
 from app.api.request_body import check_body, read_json, samples, validate
 from app.api.request_report import splitserve_field
@@ -47,10 +49,6 @@ logger = logging.getLogger("splitserve.http")
 
 Handler = Callable[[Any, Request], Awaitable[Any]]
 MetricsPage = Callable[[], Awaitable[str]]
-
-
-def error_response(error: APIError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status)
 
 
 class OpenAIServer:
@@ -84,15 +82,7 @@ class OpenAIServer:
         self.priority = priority if priority is not None and priority.enabled else None
         # One trace per generation request (tracing: in the config), or None.
         self.tracing = tracing if tracing is not None and tracing.enabled else None
-        admission = config.admission
-        self.admission = Admission(
-            admission.ttft_budget_s,
-            admission.max_waiting,
-            admission.retry_after_s,
-            admission.headroom,
-            predicted_share=admission.predicted_share,
-            on_refuse=on_refuse,
-        )
+        self.admission = Admission.of(config.admission, on_refuse=on_refuse)
         self._completion = TypeAdapter(CompletionRequest)
         self._chat = TypeAdapter(ChatCompletionRequest)
         self._tokenize = TypeAdapter(TokenizeRequest)
@@ -156,7 +146,7 @@ class OpenAIServer:
         """A refusal counted and sent: 503 with its Retry-After."""
         self.admission.count(refused)
         error = APIError(str(refused), HTTPStatus.SERVICE_UNAVAILABLE)
-        return _error_json(error.body(), error.status, refused.retry_after_s)
+        return error_json(error.body(), error.status, refused.retry_after_s)
 
     async def _refused_unless_bad(
         self, request: Request, model: TypeAdapter[Any], refused: Overloaded
@@ -181,7 +171,7 @@ class OpenAIServer:
         try:
             page = await self.metrics_page() + self._admission_gauges()
         except Exception as exc:
-            incident = _incident()
+            incident = incident_id()
             logger.warning("reading the metrics export failed [%s]: %s", incident, exc)
             message = f"metrics are unavailable now; the server log has why [{incident}]"
             return error_response(APIError(message, HTTPStatus.SERVICE_UNAVAILABLE))
@@ -253,20 +243,18 @@ class OpenAIServer:
             self._authorize(request)
         except APIError as error:
             return error_response(error)
-        if self.tracing is None:
+        route = {"http.route": request.url.path}
+        trace = self.tracing.start(request.headers, route) if self.tracing else None
+        if trace is None:
             return await self._serve(request, model, handler, arrived, None)
-        trace = self.tracing.start(request.headers, {"http.route": request.url.path})
         try:
             response = await self._serve(request, model, handler, arrived, trace)
         except BaseException:
-            if trace is not None:
-                trace.end(error="the request was cancelled")
+            trace.end(error="the request was cancelled")
             raise
-        if trace is None:
-            return response
         response.headers.update(trace.headers())
         if isinstance(response, StreamingResponse):
-            response.body_iterator = _ending(response.body_iterator, trace)
+            response.body_iterator = trace.closing(response.body_iterator)
         else:
             trace.end(response.status_code)
         return response
@@ -284,7 +272,7 @@ class OpenAIServer:
         # A refused request's body is read and checked too, holding no slot: bad input
         # is a 400 under any load (a check costs about 25 µs).
         try:
-            chosen = self._priority_class(request)
+            chosen = request_class(self.priority, request.headers)
         except APIError as error:
             return error_response(error)
         share = chosen[1].admission_share if chosen is not None else 1.0
@@ -348,7 +336,7 @@ class OpenAIServer:
             if failed is not None:
                 await result.aclose()
                 status = int(failed["error"].get("code") or 500)
-                return self._error(_generic(failed, status), status)
+                return self._error(generic_body(failed, status), status)
             streaming = True
             events = with_report(
                 first, result, scope.timings, ticket.done, self.config.report_internals
@@ -360,27 +348,10 @@ class OpenAIServer:
             if not streaming:
                 ticket.done()
 
-    def _priority_class(self, request: Request) -> tuple[str, PriorityClass] | None:
-        """The request's priority class, from its header (the default without one); a
-        400 naming the known classes for an unknown one; None when there are none."""
-        if self.priority is None:
-            return None
-        named = request.headers.get(self.priority.header)
-        chosen = self.priority.of(named)
-        if chosen is None:
-            known = ", ".join(sorted(self.priority.classes))
-            raise APIError(
-                f"unknown priority class {(named or '')[:64]!r} in {self.priority.header}; "
-                f"the classes are: {known}",
-                HTTPStatus.BAD_REQUEST,
-                param=self.priority.header,
-            )
-        return chosen
-
     def _error(self, body: dict[str, Any], status: int) -> JSONResponse:
         """An error answer; a 503 tells when to retry: the measured drain time."""
         retry = self.admission.retry_after() if status == HTTPStatus.SERVICE_UNAVAILABLE else 0
-        return _error_json(body, status, retry)
+        return error_json(body, status, retry)
 
     def _arrived(self) -> None:
         if self.on_arrival is not None:
@@ -403,7 +374,9 @@ class OpenAIServer:
         )
 
         error = create_error_response(exc)
-        return self._error(_generic(error.model_dump(), error.error.code, exc), error.error.code)
+        return self._error(
+            generic_body(error.model_dump(), error.error.code, exc), error.error.code
+        )
 
     async def _parse(self, request: Request, model: TypeAdapter[Any]) -> Any:
         body = await read_json(request, self.config.max_body_bytes, self.config.body_timeout_s)
@@ -422,43 +395,3 @@ class OpenAIServer:
                 "missing or incorrect API key: send `Authorization: Bearer <key>`",
                 HTTPStatus.UNAUTHORIZED,
             )
-
-
-def _incident() -> str:
-    """A short id that ties an error's generic body to its details in the log."""
-    return secrets.token_hex(6)
-
-
-def _generic(body: dict[str, Any], status: int, exc: BaseException | None = None) -> dict[str, Any]:
-    """An error body fit for any client: a 5xx other than an overload (503) or a missed
-    deadline (504) says only that the server failed, with an id; what failed (internal
-    addresses, replica and engine names, remote errors) goes to the log under that id."""
-    if status < HTTPStatus.INTERNAL_SERVER_ERROR or status in (
-        HTTPStatus.SERVICE_UNAVAILABLE,
-        HTTPStatus.GATEWAY_TIMEOUT,
-    ):
-        return body
-    incident = _incident()
-    error = body.get("error") or {}
-    logger.error("request failed [%s]: %s", incident, error.get("message"), exc_info=exc)
-    message = f"the server failed to answer; its log has the details under [{incident}]"
-    return APIError(message, status).body()
-
-
-def _error_json(body: dict[str, Any], status: int, retry_after_s: int) -> JSONResponse:
-    """An error body; a 503 (overload) tells the client when to retry."""
-    headers = (
-        {"Retry-After": str(retry_after_s)} if status == HTTPStatus.SERVICE_UNAVAILABLE else None
-    )
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-async def _ending(body: Any, trace: RequestSpan) -> AsyncIterator[Any]:
-    """``body``, a streamed answer, closing the request's root span when it ends."""
-    error = "the client left before the answer's end"
-    try:
-        async for part in body:
-            yield part
-        error = ""
-    finally:
-        trace.end(200, error or None)

@@ -36,6 +36,7 @@ from app.engine import decode_stream
 from app.engine.binding import bind_engine
 from app.engine.control import EngineControl
 from app.engine.first_token import first_token_params, sampled_first_token
+from app.engine.process_info import process_info
 from app.engine.setup import (
     cpu_binding,
     engine_arguments,
@@ -387,26 +388,8 @@ class EngineServer(EngineControl):
         return EngineStats(role=self.role, engine_id=self.engine_id, counters=self.tally.counters())
 
     def process_info(self) -> dict[str, Any]:
-        """PID and resident memory (bytes) of this replica and the engine processes it
-        spawned, and where its NIXL side channel listens (``host:port``; None colocated)."""
-        import psutil
-
-        me = psutil.Process()
-        rss = me.memory_info().rss
-        children = []
-        for child in me.children(recursive=True):
-            try:
-                rss += child.memory_info().rss
-                children.append(child.pid)
-            except psutil.NoSuchProcess:
-                continue
-        side_channel = None
-        if self.role is not Role.COLOCATED:
-            side_channel = (
-                f"{os.environ['VLLM_NIXL_SIDE_CHANNEL_HOST']}:"
-                f"{os.environ['VLLM_NIXL_SIDE_CHANNEL_PORT']}"
-            )
-        return {"pid": me.pid, "rss_bytes": rss, "children": children, "side_channel": side_channel}
+        """This replica's processes and side channel (:func:`app.engine.process_info`)."""
+        return process_info(self.role)
 
     def shutdown(self) -> None:
         self.engine.shutdown()

@@ -12,7 +12,7 @@ times, and closes the root. What the stages are is the flow's to say
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from app.config.tracing import TracingConfig
@@ -65,6 +65,17 @@ class RequestSpan:
         if error:
             span.set_status(Status(StatusCode.ERROR, error))
         span.end(end_time=max(end_ns, start_ns))
+
+    async def closing(self, body: AsyncIterable[Any]) -> AsyncIterator[Any]:
+        """``body``, a streamed answer, closing the root span when it ends (an error if
+        the client left first)."""
+        error = "the client left before the answer's end"
+        try:
+            async for part in body:
+                yield part
+            error = ""
+        finally:
+            self.end(200, error or None)
 
     def end(self, status_code: int | None = None, error: str | None = None) -> None:
         """Close the root span (once), with the HTTP status and an error if the request

@@ -142,15 +142,7 @@ def simulate_scaling(
 
     admission = None
     if config.admission is not None:
-        a = config.admission
-        admission = Admission(
-            a.ttft_budget_s,
-            a.max_waiting,
-            a.retry_after_s,
-            a.headroom,
-            clock=lambda: clock.now,
-            predicted_share=a.predicted_share,
-        )
+        admission = Admission.of(config.admission, clock=lambda: clock.now)
 
     def arrive(state: RequestState) -> None:
         if admission is not None:
