@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from http import HTTPStatus
 
-from app.api.errors import APIError
+from app.api.errors import bad_request
 from app.config import PriorityClass, PriorityConfig
 
 
@@ -20,10 +19,9 @@ def request_class(
     chosen = config.of(named)
     if chosen is None:
         known = ", ".join(sorted(config.classes))
-        raise APIError(
+        raise bad_request(
             f"unknown priority class {(named or '')[:64]!r} in {config.header}; "
             f"the classes are: {known}",
-            HTTPStatus.BAD_REQUEST,
             param=config.header,
         )
     return chosen
