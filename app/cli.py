@@ -191,7 +191,12 @@ def cmd_profile(args: argparse.Namespace) -> dict[str, Any]:
     lengths = tuple(args.prompt_lengths) if args.prompt_lengths else PROMPT_LENGTHS
     profile = measure(config, prompt_lengths=lengths, repeats=args.repeats, steps=args.steps)
     profile.save(args.out)
-    return {"written": args.out, "prefill": profile.prefill, "decode": profile.decode}
+    return {
+        "written": args.out,
+        "prefill": profile.prefill,
+        "decode": profile.decode,
+        "decode_context_token_s": profile.decode_context_token_s,
+    }
 
 
 def cmd_plan(args: argparse.Namespace) -> tuple[dict[str, Any], str]:

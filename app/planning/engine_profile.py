@@ -2,7 +2,10 @@
 
 A profile holds two curves for one engine (one accelerator, or one pinned CPU core here):
 - prefill seconds vs the number of prompt tokens prefilled in one step;
-- decode step seconds vs the number of sequences in the batch (at a stated context).
+- decode step seconds vs the number of sequences in the batch (at a stated context),
+  and what each token of context beyond it adds to a step (``decode_context_token_s``:
+  attention reads every sequence's whole KV, so a step of 16 sequences of 4,096 tokens
+  takes several times one of 16 sequences of 128 tokens);
 plus the serving path's fixed cost per request (``overhead_s``: HTTP, routing; and
 ``disaggregated_overhead_s``: the second pool's hop, the handshake and the pull), which a
 bare engine profile cannot see; take them from a load test at concurrency 1. Where the
@@ -51,6 +54,7 @@ class EngineProfile:
     prefill: list[tuple[float, float]]  # (prompt tokens in the step, seconds)
     decode: list[tuple[float, float]]  # (sequences in the batch, seconds per step)
     decode_context: int = 256  # context length the decode curve was measured at
+    decode_context_token_s: float = 0.0  # per token of a batch's context beyond that
     overhead_s: float = 0.0  # serving path per request, outside the engine (colocated)
     disaggregated_overhead_s: float = 0.0  # extra per disaggregated request (hops, pull)
     token_overhead_s: float = 0.0  # serving path per streamed token, added to decode steps
@@ -66,18 +70,28 @@ class EngineProfile:
     def prefill_s(self, tokens: float) -> float:
         return interpolate(self.prefill, tokens) if tokens > 0 else 0.0
 
-    def decode_step_s(self, batch: int) -> float:
-        """One decode step of ``batch`` sequences, the serving path's share included."""
+    def decode_step_s(self, batch: int, context_tokens: float | None = None) -> float:
+        """One decode step of ``batch`` sequences, the serving path's share included.
+        ``context_tokens``: the batch's tokens of context, all sequences together (None:
+        each at the curve's ``decode_context``); those beyond ``batch x decode_context``
+        cost ``decode_context_token_s`` each, fewer save nothing."""
         if batch <= 0:
             return 0.0
-        return interpolate(self.decode, batch) + batch * self.token_overhead_s
+        step = interpolate(self.decode, batch) + batch * self.token_overhead_s
+        if context_tokens is not None and self.decode_context_token_s:
+            beyond = context_tokens - batch * self.decode_context
+            step += max(beyond, 0.0) * self.decode_context_token_s
+        return step
 
-    def step_s(self, batch: int, prefill_tokens: float) -> float:
-        """One engine step that decodes ``batch`` sequences and prefills
-        ``prefill_tokens``: each curve's point holds the step's fixed cost (the weights
-        read, the launch), which a step that does both pays once, so the lesser of a
-        one-sequence step and the prefill is counted once, not twice."""
-        decode, prefill = self.decode_step_s(batch), self.prefill_s(prefill_tokens)
+    def step_s(
+        self, batch: int, prefill_tokens: float, context_tokens: float | None = None
+    ) -> float:
+        """One engine step that decodes ``batch`` sequences (of ``context_tokens`` in
+        all) and prefills ``prefill_tokens``: each curve's point holds the step's fixed
+        cost (the weights read, the launch), which a step that does both pays once, so
+        the lesser of a one-sequence step and the prefill is counted once, not twice."""
+        decode = self.decode_step_s(batch, context_tokens)
+        prefill = self.prefill_s(prefill_tokens)
         if decode and prefill:
             return decode + prefill - min(interpolate(self.decode, 1), prefill)
         return decode + prefill
@@ -93,6 +107,7 @@ class EngineProfile:
             prefill=[tuple(p) for p in data["prefill"]],  # type: ignore[misc]
             decode=[tuple(p) for p in data["decode"]],  # type: ignore[misc]
             decode_context=int(data.get("decode_context", 256)),
+            decode_context_token_s=float(data.get("decode_context_token_s", 0.0)),
             overhead_s=float(data.get("overhead_s", 0.0)),
             disaggregated_overhead_s=float(data.get("disaggregated_overhead_s", 0.0)),
             token_overhead_s=float(data.get("token_overhead_s", 0.0)),

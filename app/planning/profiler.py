@@ -4,7 +4,10 @@ Starts one vLLM engine (the YAML's model and settings; on CPU bound to ``cpu_bin
 with prefix caching off so every prompt is really prefilled, then measures:
 - prefill: for each prompt length, the median time of ``max_tokens=1`` requests;
 - decode: for each batch size b, b prompts of ``decode_context`` tokens run once to 1
-  token and once to ``steps`` tokens; step time = (difference) / (steps - 1).
+  token and once to ``steps`` tokens; step time = (difference) / (steps - 1);
+- what context costs a decode step: the same at ``long_context`` tokens for the
+  ``long_batches``, and the cost per token of context beyond ``decode_context``, fitted
+  through those points (least squares through the short-context curve).
 Writes an :class:`~app.planning.engine_profile.EngineProfile` as JSON.
 """
 
@@ -24,6 +27,22 @@ from app.planning.engine_profile import EngineProfile
 
 PROMPT_LENGTHS = (16, 64, 128, 256, 512, 1024, 1536)
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+LONG_CONTEXT = 2048
+LONG_BATCHES = (4, 16)
+
+
+def context_token_cost(
+    short: list[tuple[float, float]], long: list[tuple[float, float]], extra_tokens: int
+) -> float:
+    """Seconds per token of context beyond the short curve's: the least-squares slope,
+    through the origin, of each long-context step's excess over the short-context step of
+    the same batch against the batch's extra tokens (batch x ``extra_tokens``)."""
+    at_short = dict(short)
+    pairs = [(b * extra_tokens, s - at_short[b]) for b, s in long if b in at_short]
+    denominator = sum(x * x for x, _ in pairs)
+    if not denominator:
+        return 0.0
+    return max(sum(x * y for x, y in pairs) / denominator, 0.0)
 
 
 def measure(
@@ -31,6 +50,8 @@ def measure(
     prompt_lengths: tuple[int, ...] = PROMPT_LENGTHS,
     batch_sizes: tuple[int, ...] = BATCH_SIZES,
     decode_context: int = 128,
+    long_context: int = LONG_CONTEXT,
+    long_batches: tuple[int, ...] = LONG_BATCHES,
     steps: int = 32,
     repeats: int = 3,
     seed: int = 0,
@@ -42,7 +63,7 @@ def measure(
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(model.kv_cache_gib)
     if pool.cpu_binding is not None:  # of alternatives ("0|1"), the first
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = pool.cpu_binding.split("|")[0]
-    longest = max(max(prompt_lengths), decode_context + steps) + 8
+    longest = max(max(prompt_lengths), long_context + steps) + 8
     llm = LLM(
         model=resolve_model(model.source),
         max_model_len=max(model.max_model_len, longest),
@@ -52,6 +73,7 @@ def measure(
         seed=model.seed,
         max_num_seqs=max(model.max_num_seqs, max(batch_sizes)),
         max_num_batched_tokens=max(2048, longest, max(batch_sizes) * decode_context),
+        # a long-context batch is prefilled in chunks; the differences below cancel it
     )
     rng = random.Random(seed)
 
@@ -72,15 +94,16 @@ def measure(
     for length in prompt_lengths:
         samples = [timed(prompts(1, length), 1) for _ in range(repeats)]
         prefill.append((float(length), statistics.median(samples)))
-    decode = []
-    for batch in batch_sizes:
+
+    def step_s(batch: int, context: int) -> float:
         # The same batch run to 1 token and to ``steps`` tokens: the difference is
         # ``steps - 1`` decode steps, whatever the batched prefill cost.
-        one = statistics.median(timed(prompts(batch, decode_context), 1) for _ in range(repeats))
-        many = statistics.median(
-            timed(prompts(batch, decode_context), steps) for _ in range(repeats)
-        )
-        decode.append((float(batch), max((many - one) / (steps - 1), 1e-6)))
+        one = statistics.median(timed(prompts(batch, context), 1) for _ in range(repeats))
+        many = statistics.median(timed(prompts(batch, context), steps) for _ in range(repeats))
+        return max((many - one) / (steps - 1), 1e-6)
+
+    decode = [(float(batch), step_s(batch, decode_context)) for batch in batch_sizes]
+    long = [(float(batch), step_s(batch, long_context)) for batch in long_batches]
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -91,7 +114,9 @@ def measure(
         prefill=prefill,
         decode=decode,
         decode_context=decode_context,
+        decode_context_token_s=context_token_cost(decode, long, long_context - decode_context),
         conditions={
+            "decode_at_long_context": {"context": long_context, "steps": long},
             "model": model.source,
             "cpu_binding": pool.cpu_binding,
             "host": platform.node(),

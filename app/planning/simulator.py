@@ -6,7 +6,8 @@ fewest queued tokens; an idle prefill replica takes the queue's head requests up
 KV then crosses one shared FIFO link (``kv_bytes_per_token x prompt / link rate``; a rate
 of 0 means free) and joins the decode replica with the fewest requests. A decode replica
 runs steps back to back while it has work; a step admits waiting requests (up to
-``max_num_seqs``), takes ``decode_step_s(batch)`` and gives every request in it one token.
+``max_num_seqs``), takes ``decode_step_s(batch, context)`` (its sequences' tokens of
+context, prompt and output so far, lengthen it) and gives every request in it one token.
 The first decode step makes the first token.
 
 With ``local_prefill_below_tokens``, shorter prompts skip the prefill pool and are
@@ -133,8 +134,10 @@ class DecodeReplica:
         self.busy = True
         prefill_tokens = sum(take for _, take in prefilling)
         # Requests whose KV arrived from a prefill pool decode in this step as well.
-        batch = len(self.running) + sum(1 for _, take in prefilling if take == 0)
-        seconds = self.profile.step_s(batch, prefill_tokens)
+        arrived = [state for state, take in prefilling if take == 0]
+        batch = len(self.running) + len(arrived)
+        context = sum(s.request.prompt_tokens + s.tokens_out for s in self.running + arrived)
+        seconds = self.profile.step_s(batch, prefill_tokens, context)
         decoding = list(self.running)
         self.busy_s += self.cpu.run(seconds, lambda: self._end(decoding, prefilling))
 

@@ -15,8 +15,9 @@ engines, one prefill and one decode engine with every prompt remote, and the sam
 prompts under ``local_prefill_below_tokens`` prefilled on decode (splitserve's default).
 
 What the model cannot see (each said in the advice's ``blind_to``): the serving path's
-CPU beside the engines, decode steps that grow with context (the profile's decode curve
-is measured at one context), the prefix cache, preemption, and the KV transfer's time.
+CPU beside the engines, decode steps that grow with context (where the profile has no
+``decode_context_token_s``: one written before ``splitserve profile`` measured it), the
+prefix cache, preemption, and the KV transfer's time.
 """
 
 from __future__ import annotations
@@ -32,11 +33,14 @@ from app.planning.simulator import Topology, simulate_states
 from app.replay.profiles import SloProfile, goodput_scale
 from app.replay.trace import TraceRequest
 
+CONTEXT_BLIND = (
+    "decode steps that lengthen with the context (the profile's decode curve is at one "
+    "context; `splitserve profile` now measures what context adds)"
+)
 BLIND_TO = (
     "the serving path's CPU where no --frontend cost is given (on a host without spare "
     "cores it takes the engines' time); with one, vLLM's own lighter server is charged "
     "as splitserve's",
-    "decode steps that lengthen with the context (the decode curve is at one context)",
     "the prefix cache (every replayed prompt is new) and preemption",
     "the KV transfer's time (free in the model; a shared-memory copy on one host)",
 )
@@ -118,7 +122,8 @@ def advise_trace(
     """Each layout's simulated goodput (rate scale) under each profile, the measure at
     each rate, and each profile's advised winner. ``requests_at(rate)``: the requests a
     pass at that rate scale sends (arrivals already sped up)."""
-    found: dict[str, Any] = {"layouts": {}, "advised_winner": {}, "blind_to": list(BLIND_TO)}
+    blind = list(BLIND_TO) + ([] if profile.decode_context_token_s else [CONTEXT_BLIND])
+    found: dict[str, Any] = {"layouts": {}, "advised_winner": {}, "blind_to": blind}
     for layout in candidates:
         curves: dict[str, list[dict[str, float]]] = {p.name: [] for p in slo_profiles}
         for rate in ladder(lowest, step, highest):

@@ -355,7 +355,12 @@ def main() -> None:
             "splitserve_admission_ttft_budget_s": admission_budget_s,
             "speed_factors": factors.stated(),
             "profiles": [p.stated() for p in profiles],
-            "engine_profile": {"prefill": profile.prefill, "decode": profile.decode},
+            "engine_profile": {
+                "prefill": profile.prefill,
+                "decode": profile.decode,
+                "decode_context": profile.decode_context,
+                "decode_context_token_s": profile.decode_context_token_s,
+            },
             "wall_s": None,
         },
         "advice": advice,

@@ -256,3 +256,61 @@ def test_colocated_a_prompt_joining_a_stream_costs_the_stream_only_its_prefill()
     # The stream's 39 gaps: 38 plain steps and the one mixed step.
     expected = (38 * 0.002 + profile.prefill_s(512)) / 39
     assert stream.tpot == pytest.approx(expected)
+
+
+def test_context_beyond_the_curves_lengthens_a_decode_step_by_its_cost_per_token():
+    profile = EngineProfile(
+        prefill=[(16, 0.004), (1024, 0.020)],
+        decode=[(1, 0.002), (32, 0.004)],
+        decode_context=128,
+        decode_context_token_s=1e-6,
+    )
+    assert profile.decode_step_s(4) == pytest.approx(profile.decode_step_s(4, 4 * 128))
+    # 4 sequences of 1,128 tokens: 4,000 tokens beyond the curve's context.
+    assert profile.decode_step_s(4, 4 * 1128) == pytest.approx(profile.decode_step_s(4) + 0.004)
+    # Shorter contexts than the curve's save nothing (the curve is the floor).
+    assert profile.decode_step_s(4, 40) == pytest.approx(profile.decode_step_s(4))
+    assert profile.step_s(4, 512, 4 * 1128) == pytest.approx(profile.step_s(4, 512) + 0.004)
+
+
+def test_a_streams_steps_lengthen_as_its_context_grows():
+    """One stream, prompt 1,000 tokens, 11 tokens out, free prefill: the k-th decode step
+    (k = 1..10) runs at a context of 1,000 + k tokens, 900 + k beyond the curve's 100."""
+    per_token = 1e-6
+    profile = EngineProfile(
+        prefill=[(1, 0.0), (100_000, 0.0)],
+        decode=[(1, 0.002), (64, 0.002)],
+        decode_context=100,
+        decode_context_token_s=per_token,
+    )
+    (outcome,) = simulate([SimRequest(0.0, 1000, 11)], profile, Topology(0, 1))
+    expected = statistics.mean(0.002 + (900 + k) * per_token for k in range(1, 11))
+    assert outcome.tpot == pytest.approx(expected)
+    # Split, the first token takes a decode step at the prompt's context, the rest the same.
+    (split,) = simulate([SimRequest(0.0, 1000, 11)], profile, Topology(1, 1))
+    assert split.tpot == pytest.approx(expected)
+    assert split.ttft == pytest.approx(0.002 + 900 * per_token)
+
+
+def test_the_context_cost_is_fitted_through_the_short_curve():
+    from app.planning.profiler import context_token_cost
+
+    short = [(4.0, 0.003), (16.0, 0.004)]
+    # 2,000 tokens more per sequence: 4 x 2,000 and 16 x 2,000 extra tokens.
+    exact = [(4.0, 0.003 + 8_000 * 2e-7), (16.0, 0.004 + 32_000 * 2e-7)]
+    assert context_token_cost(short, exact, 2_000) == pytest.approx(2e-7)
+    # Noisy points: the slope through the origin that fits them best.
+    noisy = [(4.0, 0.003 + 0.002), (16.0, 0.004 + 0.006)]
+    slope = (8_000 * 0.002 + 32_000 * 0.006) / (8_000**2 + 32_000**2)
+    assert context_token_cost(short, noisy, 2_000) == pytest.approx(slope)
+    # A long context measured faster (noise) costs nothing, never less.
+    assert context_token_cost(short, [(4.0, 0.002)], 2_000) == 0.0
+    assert context_token_cost(short, [], 2_000) == 0.0
+
+
+def test_the_context_cost_round_trips_through_the_profile_file(tmp_path):
+    profile = EngineProfile(
+        prefill=[(16, 0.004)], decode=[(1, 0.002)], decode_context=128, decode_context_token_s=2e-7
+    )
+    profile.save(tmp_path / "p.json")
+    assert EngineProfile.load(tmp_path / "p.json").decode_context_token_s == 2e-7

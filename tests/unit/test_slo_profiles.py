@@ -115,7 +115,10 @@ def test_the_advisor_names_the_layout_whose_engines_do_not_stall_streams():
     assert goodput["colocated"]["smooth"] < goodput["remote"]["smooth"], goodput
     assert goodput["colocated_two"]["smooth"] < goodput["remote"]["smooth"], goodput
     assert advice["advised_winner"]["chat"] == "colocated_two", goodput
-    assert advice["blind_to"]
+    assert any("context" in blind for blind in advice["blind_to"])  # a flat profile
+    engine.decode_context_token_s = 1e-8
+    sees_context = advise_trace(requests_at, engine, profiles[:1], layouts(512), 4, 2, 4)
+    assert not any("context" in blind for blind in sees_context["blind_to"])
 
 
 def test_calibration_adds_the_serving_path_time_a_light_load_measured():
