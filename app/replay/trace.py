@@ -11,12 +11,32 @@ lengths multiplied by ``length_scale`` (each at least one token, prompts at most
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 BUILTIN = Path(__file__).parent / "data" / "azure_conv_2023.csv"
+
+# 2023's traces write 7 fractional digits and no zone, 2024's 6 digits and "+00:00";
+# a whole second may have none.
+STAMP = re.compile(r"^(\S+[ T][\d:]+)(?:\.(\d+))?\s*(Z|[+-]\d\d:?\d\d)?$")
+
+
+def parse_stamp(text: str) -> datetime:
+    """A trace's TIMESTAMP as a naive UTC time: fractions cut to microseconds, a zone
+    (``Z``, ``+00:00``) applied, so that rows with and without one compare."""
+    found = STAMP.match(text.strip())
+    if found is None:
+        raise ValueError(f"TIMESTAMP {text!r} is not a date and time")
+    whole, fraction, zone = found.groups()
+    stamp = datetime.fromisoformat(
+        whole + (f".{fraction[:6]:0<6}" if fraction else "") + (zone or "").replace("Z", "+00:00")
+    )
+    if stamp.tzinfo is not None:
+        stamp = stamp.astimezone(UTC).replace(tzinfo=None)
+    return stamp
 
 
 @dataclass(frozen=True)
@@ -61,7 +81,7 @@ def read_trace(path: str | Path = BUILTIN) -> list[tuple[float, int, int]]:
             raise ValueError(f"{path}: not an Azure LLM trace, it lacks {sorted(missing)}")
         for line, row in enumerate(reader, start=2):
             try:
-                stamp = datetime.fromisoformat(row["TIMESTAMP"].strip()[:26])
+                stamp = parse_stamp(row["TIMESTAMP"] or "")
                 rows.append((stamp, int(row["ContextTokens"]), int(row["GeneratedTokens"])))
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"{path}:{line}: {exc}") from exc

@@ -50,6 +50,22 @@ def test_a_window_is_cut_sped_up_and_scaled(tmp_path: Path):
     assert window.stated()["rate_scale"] == 5
 
 
+def test_the_2024_traces_stamps_with_a_zone_read_beside_whole_seconds(tmp_path: Path):
+    """Azure's 2024 traces write six fractional digits and a zone; a whole second may
+    carry no fraction, and a row in another zone is the same instant in UTC."""
+    trace = tmp_path / "t2024.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2024-05-10 00:00:00.009930+00:00,4808,10\n"
+        "2024-05-10 00:00:01+00:00,3180,8\n"
+        "2024-05-10 02:00:02.5+02:00,110,27\n"
+        "2024-05-10T00:00:03.25Z,7,1\n"
+    )
+    rows = read_trace(trace)
+    assert [round(at, 6) for at, _, _ in rows] == [0.0, 0.99007, 2.49007, 3.24007]
+    assert [p for _, p, _ in rows] == [4808, 3180, 110, 7]
+
+
 def test_a_file_that_is_not_a_trace_is_refused_naming_what_it_lacks(tmp_path: Path):
     bad = tmp_path / "bad.csv"
     bad.write_text("time,prompt\n1,2\n")
