@@ -183,6 +183,7 @@ def what_if(
     slo_profiles: Sequence[SloProfile],
     local_prefill_below_tokens: int,
     frontend: FrontEndCost | None,
+    highest: float = 20.0,
 ) -> dict[str, Any]:
     """What would make splitting win, by the same model: the serving path on cores of
     its own; four engines instead of two; a prefill pool of engines twice as fast (a
@@ -208,7 +209,7 @@ def what_if(
     }
     found = {}
     for name, candidates in scenarios.items():
-        advice = advise_trace(requests_at, profile, slo_profiles, candidates)
+        advice = advise_trace(requests_at, profile, slo_profiles, candidates, highest=highest)
         found[name] = {
             "advised_winner": advice["advised_winner"],
             "goodput_scale": {n: r["goodput_scale"] for n, r in advice["layouts"].items()},
@@ -258,11 +259,13 @@ def advise_from_files(
 
     if not requests_at(1.0):
         raise ValueError(f"no request of {trace} arrives in the window {window.stated()}")
+    # Past this rate scale a pass would run out of trace and send less than it says.
+    fill = ((rows[-1][0] - window.start_s) / window.duration_s) if rows else 0.0
     factors = speed_factors(profile.prefill_s(1024), profile.decode_step_s(1))
     profiles = scaled_profiles(factors)
     cost = FrontEndCost.from_fit(frontend) if frontend else None
     candidates = layouts(local_prefill_below_tokens, frontend=cost, cores=cores)
-    advice = advise_trace(requests_at, profile, profiles, candidates)
+    advice = advise_trace(requests_at, profile, profiles, candidates, highest=min(20.0, fill))
     return {
         "trace": trace,
         "window": window.stated(),

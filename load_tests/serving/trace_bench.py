@@ -221,7 +221,11 @@ def main() -> None:
         "--quick", action="store_true", help="passes of 15 s, rates x1.7 apart, 1 repeat"
     )
     parser.add_argument("--systems", nargs="*", help="default: all five")
-    parser.add_argument("--start-s", type=float, default=600.0)
+    parser.add_argument(
+        "--start-s",
+        type=float,
+        help="where passes start in the trace (600; 0 for a trace under 20 minutes)",
+    )
     parser.add_argument(
         "--pass-s",
         type=float,
@@ -265,6 +269,9 @@ def main() -> None:
     factors = speed_factors(prefill_1k_s, profile.decode_step_s(1))
     profiles = scaled_profiles(factors)
     rows_all = read_trace(args.trace)
+    trace_s = rows_all[-1][0] if rows_all else 0.0
+    args.start_s, fill = start_and_fill(trace_s, args.start_s, args.pass_s)
+    highest = min(20.0, fill)  # the advisor's ladder
 
     def window(rate: float, pass_s: float | None) -> list[TraceRequest]:
         """A pass at ``rate`` lasting ``pass_s`` (default ``--pass-s``): ``rate`` times as
@@ -294,15 +301,24 @@ def main() -> None:
             frontend=frontend.with_client() if frontend else None,
             cores=os.cpu_count() or 1,
         )
-        advice = advise_trace(lambda rate: window(rate, None), profile, profiles, candidates)
+        advice = advise_trace(
+            lambda rate: window(rate, None), profile, profiles, candidates, highest=highest
+        )
     print(json.dumps(advice["advised_winner"]), flush=True)
     with _announced("what would make splitting win (simulated)"):
         scenarios = what_if(
-            lambda rate: window(rate, None), profile, profiles, local_below, frontend
+            lambda rate: window(rate, None), profile, profiles, local_below, frontend, highest
         )
     for scenario, found in scenarios.items():
         print(f"{scenario}: {json.dumps(found['advised_winner'])}", flush=True)
-    rates = sorted(args.rate_scales or advised_ladder(advice, step, args.most_rates))
+    wanted = sorted(args.rate_scales or advised_ladder(advice, step, args.most_rates))
+    rates = within(wanted, fill)
+    if len(rates) < len(wanted):
+        print(
+            f"the trace lasts {trace_s:.0f} s: rate scales above {fill:.2f} would run out "
+            f"of it in a pass of {args.pass_s:g} s from {args.start_s:g} s, and are left out",
+            flush=True,
+        )
     admission_budget_s = admission_budget(max(p.ttft_s for p in profiles))
     chosen = systems(args.max_model_len, admission_budget_s)
     names = args.systems or list(chosen)
@@ -329,7 +345,7 @@ def main() -> None:
     recalibrated = calibrated(candidates, measured_p50, window(lowest, None), profile)
     with _announced("advice, calibrated by the lowest-rate passes (simulated)"):
         advice_calibrated = advise_trace(
-            lambda rate: window(rate, None), profile, profiles, recalibrated
+            lambda rate: window(rate, None), profile, profiles, recalibrated, highest=highest
         )
         advice_calibrated["overhead_s"] = {a.name: round(a.overhead_s, 4) for a in recalibrated}
     result = {
@@ -340,6 +356,9 @@ def main() -> None:
             "window_at_rate_1": pass_window(1.0, args.pass_s).stated(),
             "pass_s": args.pass_s,
             "passes": "at rate scale r, r x pass_s seconds of the trace from start_s",
+            "trace_s": round(trace_s, 1),
+            "highest_rate_the_trace_fills": round(fill, 3),
+            "rate_scales_left_out": [rate for rate in wanted if rate not in rates],
             "prompts_capped_at_top_rate": sum(
                 r[1] > args.max_model_len - 1024
                 for r in rows_all
@@ -380,6 +399,20 @@ def main() -> None:
     for path in draw(result, out.parent / f"{out.stem}_plots"):
         print(f"plot: {path}")
     print(f"written: {out}")
+
+
+def start_and_fill(trace_s: float, start_s: float | None, pass_s: float) -> tuple[float, float]:
+    """Where passes start (``start_s``; default 600 s in, or 0 in a trace under 20
+    minutes) and the highest rate scale whose pass the trace fills: a pass at rate scale
+    r replays r x ``pass_s`` seconds of it, and past that rate would run out of trace and
+    send less than the rate says."""
+    start = start_s if start_s is not None else (600.0 if trace_s >= 1200 else 0.0)
+    return start, max(trace_s - start, 0.0) / pass_s
+
+
+def within(rates: list[float], fill: float) -> list[float]:
+    """The rates whose passes the trace fills (at least the lowest, to measure something)."""
+    return [rate for rate in rates if rate <= fill] or rates[:1]
 
 
 def advised_ladder(advice: dict[str, Any], step: float, most: int) -> list[float]:

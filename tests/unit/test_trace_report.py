@@ -90,3 +90,16 @@ def test_the_admission_budget_refuses_no_wait_the_loosest_profile_meets():
         assert gate.limit_s >= loosest
         assert gate.predicted_limit_s >= loosest
         assert gate.predicted_limit_s < loosest * 1.01
+
+
+def test_a_short_trace_starts_at_zero_and_cuts_the_rates_it_cannot_fill():
+    from load_tests.serving.trace_bench import start_and_fill, within
+
+    # The shipped trace (58 minutes): 600 s in, passes of 15 s fill rate scales to ~193.
+    assert start_and_fill(3480.0, None, 15.0) == (600.0, 192.0)
+    # A 10-minute trace starts at 0; a pass of 15 s fills rate scales up to 40.
+    assert start_and_fill(600.0, None, 15.0) == (0.0, 40.0)
+    # A start past the end fills nothing: the lowest rate is still measured (and says so).
+    assert start_and_fill(100.0, 600.0, 15.0) == (600.0, 0.0)
+    assert within([0.5, 1.0, 2.0, 4.0], 2.5) == [0.5, 1.0, 2.0]
+    assert within([0.5, 1.0], 0.0) == [0.5]
