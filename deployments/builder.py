@@ -54,6 +54,8 @@ def _router_options(role: str, config: AppConfig) -> dict[str, Any]:
             request_router_kwargs={
                 "block_tokens": router.prefix_block_tokens,
                 "max_imbalance": router.max_imbalance,
+                "pool": role,
+                "prefix_source": router.prefix_source,
             },
         )
     if role == "decode" and router.decode_policy == "kv_capacity":
@@ -62,6 +64,8 @@ def _router_options(role: str, config: AppConfig) -> dict[str, Any]:
             request_router_kwargs={
                 "block_tokens": router.prefix_block_tokens,
                 "max_imbalance": router.max_imbalance,
+                "pool": role,
+                "prefix_source": router.prefix_source,
             },
             request_routing_stats_period_s=1.0,
         )

@@ -28,6 +28,7 @@ from deployments.cluster_env import missing_cluster_env
 from deployments.metrics_export import RayMetricsExport
 from deployments.pool_client import ServePoolClient
 from deployments.pool_probe import ServePoolProbe, serving_now
+from deployments.prefix_index_reader import PrefixIndexReader, indexed_pools
 from deployments.serve_logging import keeping_serve_logs
 
 logger = logging.getLogger("ray.serve")
@@ -71,6 +72,12 @@ class Ingress:
             handles = {"colocated": decode}
             streaming = "colocated"
         self._readiness = Readiness(tuple(handles), streaming, ServePoolProbe(application, handles))
+        # router.prefix_source kv_events: the routers (in this process) read the pools'
+        # engines' prefix caches, which this reads from them.
+        indexes = indexed_pools(config, handles)
+        self._prefix_reader = PrefixIndexReader(handles, indexes) if indexes else None
+        if self._prefix_reader is not None:
+            self._prefix_reader.start()
         plan = transfer_plan(config.transport.kind, nixl_installed())
         metrics = RayTransferMetrics(application, plan)
         request_metrics = RayRequestMetrics(application)
@@ -93,7 +100,11 @@ class Ingress:
             prefill_serving=lambda: serving_now(prefill, self._readiness.serving("prefill")),
             # Filled by the decode router (deployments.request_routers) in this process.
             decode_affinity=(
-                shared(config.router.prefix_block_tokens, config.router.max_imbalance)
+                shared(
+                    config.router.prefix_block_tokens,
+                    config.router.max_imbalance,
+                    indexes.get("decode"),
+                )
                 if config.router.decode_policy == "kv_capacity"
                 else None
             ),

@@ -20,6 +20,7 @@ from app.kv.link_meter import LinkMeter, ray_link_export
 from app.model.source import resolve_model
 from app.observability.engine_metrics import keep_gauges_alive
 from app.pool.records import (
+    BlocksQuery,
     EngineStats,
     GenerateRequest,
     KvRelease,
@@ -28,6 +29,7 @@ from app.pool.records import (
     Started,
     TokenChunk,
 )
+from app.routing.engine_blocks import BlockChanges
 from app.scaling.autoscaling_stats import Snapshot, WindowStats
 from deployments.pool_client import ServePoolClient
 from deployments.pool_probe import ReplicaLiveness
@@ -143,6 +145,13 @@ class LLMServer:
 
     def stats(self) -> EngineStats:
         return self.server.stats()
+
+    def kv_blocks(self, query: BlocksQuery) -> BlockChanges | None:
+        """What this engine's prefix cache gained and lost since the ingress last asked
+        (deployments.prefix_index_reader); None when it was asked of another replica."""
+        if query.replica != self.replica:
+            return None  # routed here because the replica asked for is gone
+        return self.server.kv_blocks(query.epoch, query.since)
 
     def record_routing_stats(self) -> dict[str, Any]:
         """What the KV-capacity router ranks decode replicas by (Serve polls it)."""

@@ -1,11 +1,18 @@
 """Ray Serve request routers for the engine pools (Serve's custom request router API).
 
 They run inside the caller's process (the ingress) and apply the pure policies of
-``app/routing``. A call that names its replica (a :class:`~app.pool.records.KvRelease`, or a
-warm-up's ``GenerateRequest.replica``) goes to that replica, or, where it is not (yet, or
-any more) among the running ones, to any: a release then finds nothing to free, a
-warm-up pairs with another replica. Calls that carry no ``GenerateRequest`` (stats,
-health probes) get Serve's plain choice among all candidates.
+``app/routing``. A call that names its replica (a :class:`~app.pool.records.KvRelease`, a
+:class:`~app.pool.records.BlocksQuery`, or a warm-up's ``GenerateRequest.replica``) goes
+to that replica, or, where it is not (yet, or any more) among the running ones, to any:
+a release then finds nothing to free, a query gets no answer (that replica has left),
+a warm-up pairs with another replica.
+
+With ``prefix_source: kv_events`` both routers match prompts against the pool's
+:class:`~app.routing.prefix_index.PrefixIndex` (what the engines' KV events said), shared
+with the ingress that fills it; the routers tell it which replicas are live.
+
+Calls that carry no ``GenerateRequest`` (stats, health probes) get Serve's plain choice
+among all candidates.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ from ray.serve.request_router import (
     RunningReplica,
 )
 
-from app.pool.records import GenerateRequest, KvRelease
+from app.pool.records import BlocksQuery, GenerateRequest, KvRelease
+from app.routing import prefix_index
 from app.routing.decode_affinity import shared
 from app.routing.kv_capacity import rank_by_capacity
 from app.routing.prefix_affinity import PrefixAffinity
@@ -40,7 +48,7 @@ def pinned_ranks(
     if pending is None or not pending.args:
         return None
     first = pending.args[0]
-    if not isinstance(first, KvRelease | GenerateRequest) or not first.replica:
+    if not isinstance(first, KvRelease | GenerateRequest | BlocksQuery) or not first.replica:
         return None
     named = [r for r in candidates if r.replica_id.unique_id == first.replica]
     return [named or candidates]
@@ -59,8 +67,18 @@ class _RankingRouter(FIFOMixin, RequestRouter):  # type: ignore[misc]
 class PrefixAffinityRouter(_RankingRouter):
     """Prefill pool: the replica that most likely caches the prompt's prefix."""
 
-    def initialize_state(self, block_tokens: int = 64, max_imbalance: int = 4, **_: Any) -> None:
-        self.policy = PrefixAffinity(block_tokens=block_tokens, max_imbalance=max_imbalance)
+    def initialize_state(
+        self,
+        block_tokens: int = 64,
+        max_imbalance: int = 4,
+        pool: str = "",
+        prefix_source: str = "routed",
+        **_: Any,
+    ) -> None:
+        index = prefix_index.shared(pool) if prefix_source == "kv_events" else None
+        self.policy = PrefixAffinity(
+            block_tokens=block_tokens, max_imbalance=max_imbalance, index=index
+        )
 
     async def choose_replicas(
         self,
@@ -107,8 +125,16 @@ class KVCapacityRouter(_RankingRouter):
     its prompt (app.routing.decode_affinity), unless its queue is too long; else the one
     with the most free KV cache, then the shortest queue."""
 
-    def initialize_state(self, block_tokens: int = 64, max_imbalance: int = 4, **_: Any) -> None:
-        self.affinity = shared(block_tokens, max_imbalance)
+    def initialize_state(
+        self,
+        block_tokens: int = 64,
+        max_imbalance: int = 4,
+        pool: str = "",
+        prefix_source: str = "routed",
+        **_: Any,
+    ) -> None:
+        index = prefix_index.shared(pool) if prefix_source == "kv_events" else None
+        self.affinity = shared(block_tokens, max_imbalance, index)
 
     async def choose_replicas(
         self,

@@ -64,3 +64,12 @@ class AppConfig(Strict):
                     f"({self.model.max_model_len})"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _kv_events_need_a_prefix_cache(self) -> AppConfig:
+        if self.router.prefix_source == "kv_events" and not self.model.enable_prefix_caching:
+            raise ValueError(
+                "router.prefix_source: kv_events reads the engines' prefix caches, but "
+                "model.enable_prefix_caching is false"
+            )
+        return self

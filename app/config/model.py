@@ -57,6 +57,13 @@ class ModelConfig(Strict):
     kv_cache_gib: int = Field(
         1, gt=0, description="CPU hosts: KV cache size per engine (VLLM_CPU_KVCACHE_SPACE)."
     )
+    kv_cache_blocks: int | None = Field(
+        None,
+        gt=0,
+        description="Cap each engine's KV cache at this many blocks (vLLM's "
+        "`num_gpu_blocks_override`), e.g. to measure routing under evictions; None: the "
+        "memory above decides.",
+    )
     gpu_memory_utilization: float = Field(
         0.9, gt=0, le=1, description="GPU hosts: share of GPU memory vLLM may use."
     )

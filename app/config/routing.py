@@ -23,7 +23,19 @@ class RouterConfig(Strict):
         "session (`x-session-id`) or the longest prefix of its prompt, then the one with "
         "the most free KV cache.",
     )
-    prefix_block_tokens: int = Field(64, gt=0, description="Prefix hashing granularity, tokens.")
+    prefix_block_tokens: int = Field(
+        64,
+        gt=0,
+        description="Prefix hashing granularity, tokens (with `prefix_source: kv_events`, "
+        "the engines' own block).",
+    )
+    prefix_source: Literal["routed", "kv_events"] = Field(
+        "routed",
+        description="What the routers take a replica's prefix cache to hold: `routed`, the "
+        "prompts (and answers) sent there, which cannot see evictions or restarts; "
+        "`kv_events`, what its engine's KV events say it holds (vLLM's BlockStored and "
+        "BlockRemoved, read by the ingress a few times a second; docs/configuration.md).",
+    )
     max_imbalance: int = Field(
         4, ge=0, description="Queue-length gap beyond which load beats prefix affinity."
     )

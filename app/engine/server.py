@@ -36,6 +36,7 @@ from app.engine import decode_stream
 from app.engine.binding import bind_engine
 from app.engine.control import EngineControl
 from app.engine.first_token import first_token_params, sampled_first_token
+from app.engine.kv_events import EventSockets, KvEventReader
 from app.engine.process_info import process_info
 from app.engine.setup import (
     cpu_binding,
@@ -53,6 +54,7 @@ from app.net import free_listen_port
 from app.observability.engine_metrics import BusyClock, pool_stat_logger
 from app.observability.engine_tally import EngineTally
 from app.pool.records import EngineStats, GenerateRequest, PrefillResult, Role, Started, TokenChunk
+from app.routing.engine_blocks import BlockChanges, EngineBlocks
 
 logger = logging.getLogger("splitserve.engine")
 
@@ -90,6 +92,8 @@ class EngineServer(EngineControl):
         self.peer_alive: Callable[[str], Awaitable[bool]] | None = None
         # Each prefill replica's measured link into this (decode) engine, per transport.
         self.links: LinkMeter | None = None
+        # The engine's KV events, read here (router.prefix_source: kv_events).
+        self.kv_events: KvEventReader | None = None
 
     @property
     def cache_block_tokens(self) -> int:
@@ -113,7 +117,10 @@ class EngineServer(EngineControl):
             logger.warning("removed %d KV payload files left by dead replicas", len(swept))
         port = free_listen_port(side_channel_host(config.transport.side_channel_host))
         os.environ.update(engine_environment(role, pool, config, port))
-        vllm_config = engine_arguments(role, config, model_path, engine_id).create_engine_config()
+        sockets = EventSockets.make() if config.router.prefix_source == "kv_events" else None
+        vllm_config = engine_arguments(
+            role, config, model_path, engine_id, sockets.engine_config() if sockets else None
+        ).create_engine_config()
         # vLLM's CPU platform turns the `uni` executor into `mp` while it checks the
         # config, which adds a worker process (~0.5 GiB, and a shared-memory queue hop
         # per step) to each engine. Set after that check, `uni` runs the model in the
@@ -132,7 +139,7 @@ class EngineServer(EngineControl):
             stat_loggers=[pool_stat_logger(role.value, busy, application, tally)],
         )
         bind_engine(cpu_binding(pool), "prefill" if role is Role.PREFILL else "decode")
-        return cls(
+        server = cls(
             engine,
             role,
             engine_id,
@@ -141,6 +148,11 @@ class EngineServer(EngineControl):
             busy,
             tally,
         )
+        if sockets is not None:
+            blocks = EngineBlocks(vllm_config.cache_config.block_size)
+            server.kv_events = KvEventReader(sockets, blocks)
+            server.kv_events.start()
+        return server
 
     async def prefill(
         self, request: GenerateRequest, transport: Transport = Transport.NIXL
@@ -391,5 +403,14 @@ class EngineServer(EngineControl):
         """This replica's processes and side channel (:func:`app.engine.process_info`)."""
         return process_info(self.role)
 
+    def kv_blocks(self, epoch: str | None, since: int) -> BlockChanges | None:
+        """What the engine's prefix cache gained and lost since ``since`` of ``epoch``, by
+        its KV events (:mod:`app.engine.kv_events`); None when it publishes none."""
+        if self.kv_events is None:
+            return None
+        return self.kv_events.blocks.changes(epoch, since)
+
     def shutdown(self) -> None:
+        if self.kv_events is not None:
+            self.kv_events.close()
         self.engine.shutdown()

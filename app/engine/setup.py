@@ -156,8 +156,11 @@ def kv_transfer_config(role: Role, config: AppConfig, engine_id: str) -> Any:
     )
 
 
-def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: str) -> Any:
-    """vLLM ``AsyncEngineArgs`` for one replica of ``role``."""
+def engine_arguments(
+    role: Role, config: AppConfig, model_path: str, engine_id: str, kv_events: Any = None
+) -> Any:
+    """vLLM ``AsyncEngineArgs`` for one replica of ``role``; ``kv_events``: vLLM's
+    ``KVEventsConfig`` where the engine publishes its prefix cache's changes."""
     from vllm.config import StructuredOutputsConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
 
@@ -182,6 +185,7 @@ def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: 
         enforce_eager=model.enforce_eager,
         block_size=model.block_size,
         enable_prefix_caching=model.enable_prefix_caching,
+        num_gpu_blocks_override=model.kv_cache_blocks,
         gpu_memory_utilization=model.gpu_memory_utilization,
         tensor_parallel_size=model.tensor_parallel_size,
         seed=model.seed,
@@ -189,6 +193,7 @@ def engine_arguments(role: Role, config: AppConfig, model_path: str, engine_id: 
         max_num_batched_tokens=pool.max_num_batched_tokens,
         long_prefill_token_threshold=pool.long_prefill_token_threshold,
         kv_transfer_config=kv_transfer,
+        kv_events_config=kv_events,
         worker_extension_cls=extension,
         # Priority classes: the engines run the class's priority first.
         scheduling_policy="priority" if config.priority.enabled else "fcfs",

@@ -105,6 +105,16 @@ class KvRelease:
 
 
 @dataclass(frozen=True)
+class BlocksQuery:
+    """A call for the replica named ``replica``: what its engine's prefix cache gained and
+    lost since ``since`` of ``epoch`` (``app.routing.engine_blocks.BlockChanges``)."""
+
+    replica: str
+    epoch: str | None
+    since: int
+
+
+@dataclass(frozen=True)
 class TokenChunk:
     """Newly generated tokens for one request since the previous chunk."""
 

@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from app.routing.prefix_affinity import PrefixAffinity, block_hashes
+from app.routing.prefix_index import PrefixIndex
 
 MAX_SESSIONS = 65536
 MAX_IN_FLIGHT = 4096
@@ -39,8 +40,12 @@ MAX_IN_FLIGHT = 4096
 class DecodeAffinity:
     """Prefixes and sessions per decode replica (Serve replica unique ids)."""
 
-    def __init__(self, block_tokens: int = 64, max_imbalance: int = 4) -> None:
-        self.prefixes = PrefixAffinity(block_tokens, max_imbalance)
+    def __init__(
+        self, block_tokens: int = 64, max_imbalance: int = 4, index: PrefixIndex | None = None
+    ) -> None:
+        # index: what the engines' KV events said they hold (router.prefix_source:
+        # kv_events), instead of what was routed where.
+        self.prefixes = PrefixAffinity(block_tokens, max_imbalance, index=index)
         self._sessions: OrderedDict[str, str] = OrderedDict()
         self._routed: OrderedDict[str, str] = OrderedDict()  # request id -> replica
         self._cache_blocks: dict[str, int] = {}  # replica -> its engine's block, tokens
@@ -160,11 +165,13 @@ _SHARED: DecodeAffinity | None = None
 _SHARED_LOCK = threading.Lock()
 
 
-def shared(block_tokens: int = 64, max_imbalance: int = 4) -> DecodeAffinity:
+def shared(
+    block_tokens: int = 64, max_imbalance: int = 4, index: PrefixIndex | None = None
+) -> DecodeAffinity:
     """This process's instance, made on first use. One process calls one application's
     decode pool (an ingress replica serves one application), so one instance is enough."""
     global _SHARED
     with _SHARED_LOCK:
         if _SHARED is None:
-            _SHARED = DecodeAffinity(block_tokens, max_imbalance)
+            _SHARED = DecodeAffinity(block_tokens, max_imbalance, index)
         return _SHARED

@@ -17,8 +17,28 @@ remote-or-local decision and the answer's extension all ask for them), and
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.routing.prefix_index import PrefixIndex
+
+
+def chain_root(salt: str | None) -> int:
+    """Where a chain starts: 0, or under a ``cache_salt`` a value of the salt that is the
+    same in every process (Python's ``hash`` of a string is not), so that an engine
+    replica (:mod:`app.routing.engine_blocks`) and the router name a block alike."""
+    if not salt:
+        return 0
+    return int.from_bytes(hashlib.blake2b(salt.encode(), digest_size=8).digest(), "big")
+
+
+def chain_step(previous: int, tokens: Sequence[int]) -> int:
+    """The chain's value after one more block of ``tokens`` (a hash of ints and tuples of
+    ints: the same in every process)."""
+    return hash((previous, tuple(tokens)))
 
 
 def block_hashes(
@@ -29,9 +49,9 @@ def block_hashes(
     ``salt``: the request's ``cache_salt``, which starts the chain as it starts vLLM's,
     so prompts of two salts share no block here either."""
     hashes = list(known)
-    previous = hashes[-1] if hashes else hash(salt) if salt else 0
+    previous = hashes[-1] if hashes else chain_root(salt)
     for start in range(len(hashes) * block_tokens, len(token_ids) - block_tokens + 1, block_tokens):
-        previous = hash((previous, tuple(token_ids[start : start + block_tokens])))
+        previous = chain_step(previous, token_ids[start : start + block_tokens])
         hashes.append(previous)
     return hashes
 
@@ -43,15 +63,29 @@ class PrefixAffinity:
     """Remembers which replica saw which prefixes and ranks replicas for a new prompt."""
 
     def __init__(
-        self, block_tokens: int = 64, max_imbalance: int = 4, max_blocks_per_replica: int = 65536
+        self,
+        block_tokens: int = 64,
+        max_imbalance: int = 4,
+        max_blocks_per_replica: int = 65536,
+        index: PrefixIndex | None = None,
     ) -> None:
         if block_tokens <= 0:
             raise ValueError("block_tokens must be positive")
-        self.block_tokens = block_tokens
+        self._block_tokens = block_tokens
         self.max_imbalance = max_imbalance
         self.max_blocks = max_blocks_per_replica
+        # With an index (router.prefix_source: kv_events), what each replica holds is
+        # what its engine's KV events said, in its engine's blocks; else what was routed.
+        self.index = index
         self._seen: dict[str, OrderedDict[int, None]] = {}
-        self._memo: OrderedDict[tuple[str, int], list[int]] = OrderedDict()
+        self._memo: OrderedDict[tuple[str, int, int], list[int]] = OrderedDict()
+
+    @property
+    def block_tokens(self) -> int:
+        """Tokens per hashed block: the engines' block once the index has heard of it."""
+        if self.index is not None and self.index.block_tokens:
+            return self.index.block_tokens
+        return self._block_tokens
 
     def hashes(
         self, token_ids: Sequence[int], key: str | None = None, salt: str | None = None
@@ -59,17 +93,20 @@ class PrefixAffinity:
         """The chained block hashes of ``token_ids`` (under ``salt``). ``key`` (a request
         id: the same key must always come with the same tokens and salt) keeps them for
         the next ask."""
+        block = self.block_tokens
         if key is None:
-            return block_hashes(token_ids, self.block_tokens, salt=salt)
-        memo = (key, len(token_ids))
+            return block_hashes(token_ids, block, salt=salt)
+        memo = (key, len(token_ids), block)
         found = self._memo.get(memo)
         if found is None:
-            found = self._memo[memo] = block_hashes(token_ids, self.block_tokens, salt=salt)
+            found = self._memo[memo] = block_hashes(token_ids, block, salt=salt)
             if len(self._memo) > MEMO_SIZE:
                 self._memo.popitem(last=False)
         return found
 
     def matched_blocks(self, replica: str, hashes: Sequence[int]) -> int:
+        if self.index is not None:
+            return self.index.matched_blocks(replica, hashes)
         seen = self._seen.get(replica)
         if not seen:
             return 0
@@ -94,7 +131,7 @@ class PrefixAffinity:
             key=lambda r: (
                 -self.matched_blocks(r, hashes),
                 queue_lens.get(r, 0),
-                len(self._seen.get(r, ())),
+                self.held(r),
             ),
         )
         overloaded = sorted(
@@ -108,8 +145,17 @@ class PrefixAffinity:
         least = min((queue_lens.get(r, 0) for r in replicas), default=0)
         return [r for r in replicas if queue_lens.get(r, 0) - least <= self.max_imbalance]
 
+    def held(self, replica: str) -> int:
+        """How many blocks ``replica`` is known to hold."""
+        if self.index is not None:
+            return self.index.held(replica)
+        return len(self._seen.get(replica, ()))
+
     def record(self, replica: str, hashes: Sequence[int]) -> None:
         """``replica`` now holds (or will hold) these prefix blocks."""
+        if self.index is not None:
+            self.index.routed(replica, hashes)
+            return
         seen = self._seen.setdefault(replica, OrderedDict())
         for value in hashes:
             seen[value] = None
@@ -119,12 +165,18 @@ class PrefixAffinity:
 
     def replicas(self) -> list[str]:
         """The replicas whose prefixes are remembered."""
+        if self.index is not None:
+            return self.index.replicas()
         return list(self._seen)
 
     def forget(self, replica: str) -> None:
+        if self.index is not None:
+            self.index.forget(replica)
         self._seen.pop(replica, None)
 
     def retain(self, live: set[str]) -> None:
         """Forget every replica not in ``live`` (removed by a downscale or a redeploy)."""
+        if self.index is not None:
+            self.index.retain(live)
         for replica in [r for r in self._seen if r not in live]:
             del self._seen[replica]

@@ -1,0 +1,132 @@
+"""The router's exact prefix index: per engine replica, the blocks its prefix cache
+holds, as its KV events said (:mod:`app.routing.engine_blocks`), read by the ingress.
+
+The ingress reads each replica's changes a few times a second
+(``deployments.prefix_index_reader``); between two reads a request just routed to a
+replica will store its prompt there, so :meth:`PrefixIndex.routed` keeps its blocks as
+*expected* on that replica for ``expect_s`` (the next read confirms them, or an eviction
+event removes them). A replica's blocks are dropped when it leaves the pool
+(:meth:`retain`), and replaced wholesale when it reports another epoch (an engine that
+lost events and started over).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from app.routing.engine_blocks import BlockChanges
+
+EXPECT_S = 2.0  # a routed request's blocks count as held this long before a read shows them
+MAX_EXPECTED = 65536  # expected blocks kept per replica
+
+
+@dataclass
+class _Replica:
+    epoch: str | None = None
+    version: int = 0
+    held: set[int] = field(default_factory=set)
+    expected: OrderedDict[int, float] = field(default_factory=OrderedDict)  # hash -> until
+
+
+class PrefixIndex:
+    """The blocks each replica of one pool holds; thread-safe (Serve's routers may run
+    on a loop thread of their own)."""
+
+    def __init__(
+        self, expect_s: float = EXPECT_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.expect_s = expect_s
+        self.clock = clock
+        self.block_tokens: int | None = None  # the engines' block, once a replica reported
+        self._replicas: dict[str, _Replica] = {}
+        self._live: set[str] = set()
+        self._lock = threading.Lock()
+
+    def live(self) -> list[str]:
+        """The pool's replicas, as its router last saw them."""
+        with self._lock:
+            return sorted(self._live)
+
+    def since(self, replica: str) -> tuple[str | None, int]:
+        """What this index last read of ``replica``: (epoch, version)."""
+        with self._lock:
+            found = self._replicas.get(replica)
+            return (found.epoch, found.version) if found else (None, 0)
+
+    def update(self, replica: str, changes: BlockChanges) -> None:
+        """Apply what ``replica`` reported (ignored once it has left the pool)."""
+        with self._lock:
+            if replica not in self._live:
+                return
+            self.block_tokens = changes.block_tokens
+            state = self._replicas.setdefault(replica, _Replica())
+            if changes.full:
+                state.held = set(changes.added)
+            else:
+                state.held.difference_update(changes.removed)
+                state.held.update(changes.added)
+            for gone in changes.removed:
+                state.expected.pop(gone, None)
+            state.epoch, state.version = changes.epoch, changes.version
+
+    def routed(self, replica: str, hashes: Sequence[int]) -> None:
+        """A request of these blocks went to ``replica``: expect them there."""
+        until = self.clock() + self.expect_s
+        with self._lock:
+            state = self._replicas.setdefault(replica, _Replica())
+            for value in hashes:
+                state.expected[value] = until
+                state.expected.move_to_end(value)
+            while len(state.expected) > MAX_EXPECTED:
+                state.expected.popitem(last=False)
+
+    def matched_blocks(self, replica: str, hashes: Sequence[int]) -> int:
+        """How many of ``hashes``, from the first, ``replica`` holds (or is expected to)."""
+        now = self.clock()
+        with self._lock:
+            state = self._replicas.get(replica)
+            if state is None:
+                return 0
+            count = 0
+            for value in hashes:
+                if value not in state.held and state.expected.get(value, 0.0) <= now:
+                    break
+                count += 1
+            return count
+
+    def held(self, replica: str) -> int:
+        with self._lock:
+            state = self._replicas.get(replica)
+            return len(state.held) if state else 0
+
+    def replicas(self) -> list[str]:
+        with self._lock:
+            return list(self._replicas)
+
+    def forget(self, replica: str) -> None:
+        with self._lock:
+            self._replicas.pop(replica, None)
+            self._live.discard(replica)
+
+    def retain(self, live: set[str]) -> None:
+        """The pool's replicas are ``live``: forget the others (dead, scaled down,
+        redeployed)."""
+        with self._lock:
+            self._live = set(live)
+            for replica in [r for r in self._replicas if r not in live]:
+                del self._replicas[replica]
+
+
+_SHARED: dict[str, PrefixIndex] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared(pool: str) -> PrefixIndex:
+    """This process's index of ``pool`` (the router that uses it and the reader that
+    fills it run in the ingress's process)."""
+    with _SHARED_LOCK:
+        return _SHARED.setdefault(pool, PrefixIndex())

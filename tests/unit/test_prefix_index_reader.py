@@ -1,0 +1,103 @@
+"""The ingress's reader of the engines' prefix caches, against a fake pool handle, and
+the routers' policy reading the index it fills."""
+
+import asyncio
+
+from app.config import AppConfig
+from app.routing.engine_blocks import EngineBlocks
+from app.routing.prefix_affinity import PrefixAffinity, block_hashes
+from app.routing.prefix_index import PrefixIndex
+from deployments.prefix_index_reader import PrefixIndexReader, indexed_pools
+
+B = 4
+
+
+class Remote:
+    def __init__(self, call):  # type: ignore[no-untyped-def]
+        self.call = call
+
+    async def remote(self, query):  # type: ignore[no-untyped-def]
+        return self.call(query)
+
+
+class FakePool:
+    """Replicas by id, each with an EngineBlocks; a replica that is down raises."""
+
+    def __init__(self, replicas: dict[str, EngineBlocks]) -> None:
+        self.replicas = replicas
+        self.down: set[str] = set()
+        self.kv_blocks = Remote(self._answer)
+
+    def _answer(self, query):  # type: ignore[no-untyped-def]
+        if query.replica in self.down:
+            raise RuntimeError("replica unreachable")
+        return self.replicas[query.replica].changes(query.epoch, query.since)
+
+
+class Stored:  # the shape of vLLM's BlockStored the index reads
+    def __init__(self, hashes, parent, tokens):  # type: ignore[no-untyped-def]
+        self.block_hashes, self.parent_block_hash, self.token_ids = hashes, parent, tokens
+        self.block_size, self.lora_id, self.medium, self.extra_keys = B, None, "CPU", None
+
+
+Stored.__name__ = "BlockStored"
+
+
+def test_the_reader_fills_each_pools_index_and_skips_a_replica_that_does_not_answer():
+    async def scenario() -> None:
+        engines = {"a": EngineBlocks(B), "b": EngineBlocks(B)}
+        pool = FakePool(engines)
+        index = PrefixIndex()
+        index.retain({"a", "b"})
+        reader = PrefixIndexReader({"decode": pool}, {"decode": index}, interval_s=0.01)
+        reader.start()
+        prompt = list(range(8))
+        engines["a"].apply([Stored([1, 2], None, prompt)])
+        pool.down.add("b")
+        await asyncio.sleep(0.1)
+        hashes = block_hashes(prompt, B)
+        assert index.matched_blocks("a", hashes) == 2 and index.matched_blocks("b", hashes) == 0
+        assert reader.failures >= 1
+        # b comes back with the same blocks; a loses them.
+        pool.down.clear()
+        engines["b"].apply([Stored([7, 8], None, prompt)])
+        engines["a"].lost()
+        await asyncio.sleep(0.1)
+        assert index.matched_blocks("b", hashes) == 2 and index.matched_blocks("a", hashes) == 0
+        reader.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_policy_ranks_by_the_index_in_the_engines_blocks():
+    index = PrefixIndex()
+    index.retain({"a", "b"})
+    engine = EngineBlocks(B)
+    prompt = list(range(12))
+    engine.apply([Stored([1, 2, 3], None, prompt)])
+    index.update("b", engine.changes(None, 0))
+    policy = PrefixAffinity(block_tokens=64, max_imbalance=4, index=index)
+    assert policy.block_tokens == B  # the engines' block, once a replica reported it
+    hashes = policy.hashes(prompt, "r1")
+    assert policy.rank(["a", "b"], {"a": 0, "b": 1}, hashes)[0] == ["b"]
+    # Too long a queue: load wins over the cache.
+    assert policy.rank(["a", "b"], {"a": 0, "b": 9}, hashes)[0] == ["a"]
+
+
+def test_only_pools_whose_router_reads_prefixes_get_an_index():
+    config = AppConfig.model_validate({"router": {"prefix_source": "kv_events"}})
+    assert set(indexed_pools(config, ["prefill", "decode"])) == {"prefill", "decode"}
+    plain = config.model_copy(
+        update={"router": config.router.model_copy(update={"decode_policy": "serve_default"})}
+    )
+    assert set(indexed_pools(plain, ["prefill", "decode"])) == {"prefill"}
+    assert indexed_pools(AppConfig(), ["prefill", "decode"]) == {}
+
+
+def test_kv_events_need_the_prefix_cache():
+    import pytest
+
+    with pytest.raises(ValueError, match="enable_prefix_caching"):
+        AppConfig.model_validate(
+            {"router": {"prefix_source": "kv_events"}, "model": {"enable_prefix_caching": False}}
+        )
