@@ -22,7 +22,7 @@ TORCH_INDEX ?=
 # Tests run in a loopback-only network namespace where possible (see the script).
 NETNS := scripts/loopback-netns
 
-.PHONY: setup lock run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-compare bench-replay bench-trace bench-serving-cost bench-aiperf bench-link gpu-check bench-soak bench-conversation bench-path bench-chaos bench-fault-soak bench-migration bench-overload bench-burst bench-priority bench-planner bench-frontend-fit bench-slo-ramp bench-simulated-ramp
+.PHONY: setup lock run observe test test-unit test-integration test-multinode lint format soak bench-kv bench-prefix bench-prefix-index bench-compare bench-replay bench-trace bench-serving-cost bench-aiperf bench-link gpu-check bench-soak bench-conversation bench-path bench-chaos bench-fault-soak bench-migration bench-overload bench-burst bench-priority bench-planner bench-frontend-fit bench-slo-ramp bench-simulated-ramp
 
 setup: $(STAMP)
 
@@ -121,7 +121,12 @@ gpu-check: setup
 
 # Prefix-heavy workload: prefix-affinity router vs Serve's default routing.
 bench-prefix: setup
-	$(NETNS) $(PY) -m load_tests.serving.prefix_bench $(ARGS)
+	$(NETNS) $(PY) -m load_tests.routing.prefix_bench $(ARGS)
+
+# The prefix router's sources, what was routed where against the engines' KV events, with
+# caches small enough to evict: hit rate, TTFT, wrong guesses (docs/benchmarks.md).
+bench-prefix-index: setup
+	$(NETNS) $(PY) -m load_tests.routing.prefix_index_bench $(ARGS)
 
 # splitserve disaggregated vs colocated vs vLLM's own server, same workloads. The plots go
 # to load_tests/results/plots/ (`python -m load_tests.reports.plots --out-dir docs/img` replaces

@@ -28,7 +28,7 @@ from ray.serve.request_router import (
 )
 
 from app.pool.records import BlocksQuery, GenerateRequest, KvRelease
-from app.routing import prefix_index
+from app.routing import prefix_index, routed_expectations
 from app.routing.decode_affinity import shared
 from app.routing.kv_capacity import rank_by_capacity
 from app.routing.prefix_affinity import PrefixAffinity
@@ -107,6 +107,8 @@ class PrefixAffinityRouter(_RankingRouter):
             hashes = self.policy.hashes(
                 request.prompt_token_ids, request.request_id, request.cache_salt
             )
+            held = self.policy.matched_blocks(replica_id.unique_id, hashes)
+            routed_expectations.note(request.request_id, held * self.policy.block_tokens)
             self.policy.record(replica_id.unique_id, hashes)
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:

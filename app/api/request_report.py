@@ -17,6 +17,9 @@ def timing_report(t: RequestTimings) -> dict[str, Any]:
         "decision": report.decision_reason or None,
         "prefill_engine": t.prefill_engine or None,
         "prefill_cached_tokens": t.prefill_cached_tokens,
+        # What the prefix router expected the replica to hold (a wrong guess if more
+        # than the engine found: usage.prompt_tokens_details.cached_tokens).
+        "routed_cached_tokens": t.routed_cached_tokens,
         "decode_engine": t.decode_engine or None,
         "ttft_ms": _ms(t.first_token_s),
         "ingress_ms": _ms(t.ingress_s),

@@ -41,6 +41,7 @@ from app.kv.failure import FailureKind, TransferFailure, describe_failure
 from app.kv.fallback import Attempt, TransferReport, Transport
 from app.pool.client import PoolClient
 from app.pool.records import GenerateRequest, PrefillResult, TokenChunk
+from app.routing import routed_expectations
 from app.routing.decode_affinity import DecodeAffinity
 
 logger = logging.getLogger("splitserve.orchestrator")
@@ -157,6 +158,7 @@ class Orchestrator:
                 )
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
+            timings.routed_cached_tokens = routed_expectations.take(request.request_id)
             # One report per request, whatever migrations and retries it took: the last
             # stream's (an earlier stream's losses are counted as migrations).
             if self.mode is Mode.DISAGGREGATED:

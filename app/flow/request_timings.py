@@ -25,6 +25,9 @@ class RequestTimings:
     transfer: TransferReport = field(default_factory=TransferReport)
     prefill_engine: str = ""
     prefill_cached_tokens: int = 0
+    # Prompt tokens the prefix router took the prefill (or colocated) replica to hold
+    # (app.routing.routed_expectations); None: no prefix router chose it.
+    routed_cached_tokens: int | None = None
     decode_engine: str = ""
     token_gaps_s: list[float] = field(default_factory=list)  # between token chunks (ITL)
     prompt_tokens: int = 0

@@ -1,6 +1,6 @@
 """Prefix-heavy workload: the prefix-affinity router vs Serve's default routing, side by side.
 
-    make bench-prefix   (scripts/loopback-netns .venv/bin/python -m load_tests.serving.prefix_bench)
+    make bench-prefix   (scripts/loopback-netns .venv/bin/python -m load_tests.routing.prefix_bench)
 
 For each routing policy the default config is started with two prefill replicas (half a
 core each, both on core 0; decode on core 1), then the same workload runs: ``--systems``
