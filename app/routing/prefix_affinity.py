@@ -146,16 +146,15 @@ class PrefixAffinity:
         return [r for r in replicas if queue_lens.get(r, 0) - least <= self.max_imbalance]
 
     def held(self, replica: str) -> int:
-        """How many blocks ``replica`` is known to hold."""
-        if self.index is not None:
-            return self.index.held(replica)
+        """How many prefix blocks were routed to ``replica`` (with an index too: the
+        tie-break that spreads new prefixes over the pool must not wait for a read of
+        the engines, nor favour the replica whose warm-up cached the least)."""
         return len(self._seen.get(replica, ()))
 
     def record(self, replica: str, hashes: Sequence[int]) -> None:
         """``replica`` now holds (or will hold) these prefix blocks."""
         if self.index is not None:
             self.index.routed(replica, hashes)
-            return
         seen = self._seen.setdefault(replica, OrderedDict())
         for value in hashes:
             seen[value] = None
