@@ -105,8 +105,14 @@ class PrefixAffinity:
         return found
 
     def matched_blocks(self, replica: str, hashes: Sequence[int]) -> int:
+        """How many of ``hashes``, from the first, ``replica`` holds: by the index where
+        there is one, else by what was routed there."""
         if self.index is not None:
             return self.index.matched_blocks(replica, hashes)
+        return self.routed_blocks(replica, hashes)
+
+    def routed_blocks(self, replica: str, hashes: Sequence[int]) -> int:
+        """How many of ``hashes``, from the first, were routed to ``replica``."""
         seen = self._seen.get(replica)
         if not seen:
             return 0
@@ -124,12 +130,15 @@ class PrefixAffinity:
         if not replicas:
             return []
         fair = self.fair(replicas, queue_lens)
-        # Longest cached prefix first; then the shorter queue; then the replica holding
+        # Longest cached prefix first; then the shorter queue; then the replica given
         # fewer prefixes, so new prefixes spread over the pool instead of piling onto one.
+        # With an index, a prefix no replica holds any more (evicted everywhere) goes
+        # back where it was routed before, rather than being spread over both caches.
         ordered = sorted(
             fair,
             key=lambda r: (
                 -self.matched_blocks(r, hashes),
+                -self.routed_blocks(r, hashes) if self.index is not None else 0,
                 queue_lens.get(r, 0),
                 self.held(r),
             ),

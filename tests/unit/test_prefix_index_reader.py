@@ -101,3 +101,13 @@ def test_kv_events_need_the_prefix_cache():
         AppConfig.model_validate(
             {"router": {"prefix_source": "kv_events"}, "model": {"enable_prefix_caching": False}}
         )
+
+
+def test_a_prefix_no_engine_holds_goes_back_where_it_was_routed():
+    index = PrefixIndex(expect_s=0.0)  # no expectation: only what the engines said
+    index.retain({"a", "b"})
+    policy = PrefixAffinity(block_tokens=B, max_imbalance=4, index=index)
+    hashes = policy.hashes(list(range(12)))
+    policy.record("b", hashes)  # routed to b once; evicted there since
+    assert policy.matched_blocks("b", hashes) == 0
+    assert policy.rank(["a", "b"], {"a": 0, "b": 0}, hashes)[0] == ["b"]
