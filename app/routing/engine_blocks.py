@@ -69,22 +69,20 @@ class EngineBlocks:
         """Apply one batch of vLLM's KV events (``BlockStored``, ``BlockRemoved``,
         ``AllBlocksCleared``, told apart by name; events of another medium than the
         engine's own memory, an offload tier's, are ignored)."""
-        net: dict[int, int] = {}
+        last: dict[int, bool] = {}  # each block's last change: held or not
         for event in events:
             kind = type(event).__name__
             if kind == "AllBlocksCleared":
                 self._clear()
-                net.clear()
+                last.clear()
                 continue
             if getattr(event, "medium", None) not in (None, "GPU", "CPU"):
                 continue
             if kind == "BlockStored":
-                for ours in self._stored(event):
-                    net[ours] = net.get(ours, 0) + 1
+                last.update((ours, True) for ours in self._stored(event))
             elif kind == "BlockRemoved":
-                for ours in self._removed(event.block_hashes):
-                    net[ours] = net.get(ours, 0) - 1
-        added, removed = _split(net)
+                last.update((ours, False) for ours in self._removed(event.block_hashes))
+        added, removed = _split(last)
         if added or removed:
             self.version += 1
             self._log.append((self.version, added, removed))
@@ -146,21 +144,20 @@ class EngineBlocks:
         oldest = self._log[0][0] if self._log else self.version + 1
         if epoch != self.epoch or since < oldest - 1 or since > self.version:
             return BlockChanges(self.epoch, self.version, self.block_tokens, True, list(self._held))
-        # A block's changes alternate (held, gone, held...): their sum is its net change.
-        net: dict[int, int] = {}
+        # Each block as its last change left it: a block stored and evicted since counts
+        # as removed (a reader may expect it), one evicted and stored again as added.
+        last: dict[int, bool] = {}
         for version, plus, minus in self._log:
             if version > since:
-                for ours in plus:
-                    net[ours] = net.get(ours, 0) + 1
-                for ours in minus:
-                    net[ours] = net.get(ours, 0) - 1
-        added, removed = _split(net)
+                last.update((ours, False) for ours in minus)
+                last.update((ours, True) for ours in plus)
+        added, removed = _split(last)
         return BlockChanges(self.epoch, self.version, self.block_tokens, False, added, removed)
 
 
-def _split(net: dict[int, int]) -> tuple[list[int], list[int]]:
-    """Blocks newly held and no longer held, from each block's net change."""
-    return [h for h, n in net.items() if n > 0], [h for h, n in net.items() if n < 0]
+def _split(last: dict[int, bool]) -> tuple[list[int], list[int]]:
+    """Blocks held and not held, as their last change left them."""
+    return [h for h, held in last.items() if held], [h for h, held in last.items() if not held]
 
 
 def _salt(event: Any) -> str | None:

@@ -62,7 +62,7 @@ def test_removed_and_cleared_blocks_leave_and_readers_get_only_the_changes():
     assert cleared.full and cleared.added == [] and cleared.epoch != first.epoch
 
 
-def test_changes_within_a_span_net_out():
+def test_a_span_of_changes_leaves_each_block_as_its_last_change_did():
     engine = EngineBlocks(B)
     engine.apply([stored([1, 2], None, PROMPT[:8])])
     start = engine.changes(None, 0)
@@ -73,7 +73,13 @@ def test_changes_within_a_span_net_out():
     engine.apply([stored([11], None, PROMPT[:4])])
     engine.apply([stored([12], 11, PROMPT[4:8]), BlockRemoved(block_hashes=[12], medium="CPU")])
     delta = engine.changes(start.epoch, start.version)
-    assert delta.added == [] and delta.removed == [hashes[1]]
+    assert delta.added == [hashes[0]] and delta.removed == [hashes[1]]
+    # Stored and evicted between two reads: removed, for a reader that expected it.
+    middle = engine.changes(start.epoch, engine.version)
+    engine.apply([stored([13], 11, PROMPT[4:8])])
+    engine.apply([BlockRemoved(block_hashes=[13], medium="CPU")])
+    late = engine.changes(middle.epoch, middle.version)
+    assert late.added == [] and late.removed == [hashes[1]]
 
 
 def test_a_block_whose_parent_was_never_seen_is_left_out_with_its_children():
