@@ -146,12 +146,12 @@ class LLMServer:
     def stats(self) -> EngineStats:
         return self.server.stats()
 
-    def kv_blocks(self, query: BlocksQuery) -> BlockChanges | None:
+    async def kv_blocks(self, query: BlocksQuery) -> BlockChanges | None:
         """What this engine's prefix cache gained and lost since the ingress last asked
         (deployments.prefix_index_reader); None when it was asked of another replica."""
         if query.replica != self.replica:
             return None  # routed here because the replica asked for is gone
-        return self.server.kv_blocks(query.epoch, query.since)
+        return await self.server.kv_blocks(query.epoch, query.since, query.wait_s)
 
     def record_routing_stats(self) -> dict[str, Any]:
         """What the KV-capacity router ranks decode replicas by (Serve polls it)."""

@@ -34,7 +34,7 @@ class RouterConfig(Strict):
         description="What the routers take a replica's prefix cache to hold: `routed`, the "
         "prompts (and answers) sent there, which cannot see evictions or restarts; "
         "`kv_events`, what its engine's KV events say it holds (vLLM's BlockStored and "
-        "BlockRemoved, read by the ingress a few times a second; docs/configuration.md).",
+        "BlockRemoved, read by the ingress as they happen; docs/configuration.md).",
     )
     max_imbalance: int = Field(
         4, ge=0, description="Queue-length gap beyond which load beats prefix affinity."

@@ -79,6 +79,7 @@ class KvEventReader:
         self._sub.connect(sockets.endpoint)
         self._next = 0  # the sequence number expected next
         self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Condition()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="kv-events")
@@ -98,6 +99,14 @@ class KvEventReader:
                 logger.exception("reading the engine's KV events failed; forgetting its blocks")
                 self.blocks.lost()
                 self.lost += 1
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def changed(self, timeout_s: float) -> None:
+        """Wait until the blocks change (a batch applied, or lost), ``timeout_s`` at most."""
+        async with self._changed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout_s)
 
     def _apply(self, seq: int, payload: bytes) -> None:
         self.blocks.apply(self._decoder.decode(payload).events)

@@ -403,12 +403,19 @@ class EngineServer(EngineControl):
         """This replica's processes and side channel (:func:`app.engine.process_info`)."""
         return process_info(self.role)
 
-    def kv_blocks(self, epoch: str | None, since: int) -> BlockChanges | None:
+    async def kv_blocks(
+        self, epoch: str | None, since: int, wait_s: float = 0.0
+    ) -> BlockChanges | None:
         """What the engine's prefix cache gained and lost since ``since`` of ``epoch``, by
-        its KV events (:mod:`app.engine.kv_events`); None when it publishes none."""
-        if self.kv_events is None:
+        its KV events (:mod:`app.engine.kv_events`); None when it publishes none. With
+        ``wait_s``, a reader that is up to date waits that long at most for a change."""
+        reader = self.kv_events
+        if reader is None:
             return None
-        return self.kv_events.blocks.changes(epoch, since)
+        blocks = reader.blocks
+        if wait_s > 0 and epoch == blocks.epoch and since == blocks.version:
+            await reader.changed(wait_s)
+        return blocks.changes(epoch, since)
 
     def shutdown(self) -> None:
         if self.kv_events is not None:

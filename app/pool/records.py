@@ -107,11 +107,13 @@ class KvRelease:
 @dataclass(frozen=True)
 class BlocksQuery:
     """A call for the replica named ``replica``: what its engine's prefix cache gained and
-    lost since ``since`` of ``epoch`` (``app.routing.engine_blocks.BlockChanges``)."""
+    lost since ``since`` of ``epoch`` (``app.routing.engine_blocks.BlockChanges``), waiting
+    up to ``wait_s`` for a change when there is none yet."""
 
     replica: str
     epoch: str | None
     since: int
+    wait_s: float = 0.0  # an answer with no change waits this long for one
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """The router's exact prefix index: per engine replica, the blocks its prefix cache
 holds, as its KV events said (:mod:`app.routing.engine_blocks`), read by the ingress.
 
-The ingress reads each replica's changes a few times a second
-(``deployments.prefix_index_reader``); between two reads a request just routed to a
+The ingress reads each replica's changes as they happen (a long poll,
+``deployments.prefix_index_reader``); until a read shows them, a request just routed to a
 replica will store its prompt there, so :meth:`PrefixIndex.routed` keeps its blocks as
 *expected* on that replica for ``expect_s`` (the next read confirms them, or an eviction
 event removes them). A replica's blocks are dropped when it leaves the pool

@@ -67,6 +67,13 @@ async def _scenario() -> str:
         want = set(block_hashes(first, block))
         await _until(lambda: want <= _held(reader.blocks))
         assert len(want) == 4 and reader.blocks.unnamed == 0
+        # A reader waiting for a change (the ingress's long poll) wakes as the cache changes.
+        waited = time.monotonic()
+        waiting = asyncio.create_task(reader.changed(30.0))
+        await asyncio.sleep(0.1)
+        await run(random_prompt(9199, 2 * block))
+        await waiting
+        assert time.monotonic() - waited < 10
 
         # A reader that starts now missed those events: it asks the replay socket.
         late_reader = KvEventReader(sockets, EngineBlocks(block))

@@ -49,7 +49,9 @@ def test_the_reader_fills_each_pools_index_and_skips_a_replica_that_does_not_ans
         pool = FakePool(engines)
         index = PrefixIndex()
         index.retain({"a", "b"})
-        reader = PrefixIndexReader({"decode": pool}, {"decode": index}, interval_s=0.01)
+        reader = PrefixIndexReader(
+            {"decode": pool}, {"decode": index}, wait_s=0.01, min_interval_s=0.01
+        )
         reader.start()
         prompt = list(range(8))
         engines["a"].apply([Stored([1, 2], None, prompt)])
@@ -64,7 +66,12 @@ def test_the_reader_fills_each_pools_index_and_skips_a_replica_that_does_not_ans
         engines["a"].lost()
         await asyncio.sleep(0.1)
         assert index.matched_blocks("b", hashes) == 2 and index.matched_blocks("a", hashes) == 0
+        # A replica that leaves the pool is no longer read.
+        index.retain({"b"})
+        await asyncio.sleep(0.6)
+        assert set(reader._loops) == {("decode", "b")}
         reader.close()
+        await asyncio.sleep(0)
 
     asyncio.run(scenario())
 
