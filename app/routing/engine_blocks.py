@@ -3,8 +3,9 @@
 vLLM publishes every change to an engine's prefix cache (``kv_events_config``): a
 ``BlockStored`` names the blocks it cached (the engine's block hashes, the parent block's
 hash and the blocks' token ids), a ``BlockRemoved`` those it evicted, an
-``AllBlocksCleared`` a reset. The engine's hashes cannot be computed outside it (they are
-seeded per process), so each stored block is named here by the router's own chain,
+``AllBlocksCleared`` a reset. Rather than recompute the engine's hashes for every prompt
+in the ingress (sha256 per block, under the engine's algorithm and seed), each stored
+block is named here by the router's own chain,
 :func:`app.routing.prefix_affinity.block_hashes`, worked out from the event's token ids
 and its parent's chain value: the hashes a router computes from a prompt at the engine's
 block size are the ones listed here exactly when the engine holds those blocks. A
