@@ -3,6 +3,8 @@ the routers' policy reading the index it fills."""
 
 import asyncio
 
+from vllm.distributed.kv_events import BlockRemoved
+
 from app.config import AppConfig
 from app.routing.engine_blocks import EngineBlocks
 from app.routing.prefix_affinity import PrefixAffinity, block_hashes
@@ -118,3 +120,22 @@ def test_a_prefix_no_engine_holds_goes_back_where_it_was_routed():
     policy.record("b", hashes)  # routed to b once; evicted there since
     assert policy.matched_blocks("b", hashes) == 0
     assert policy.rank(["a", "b"], {"a": 0, "b": 0}, hashes)[0] == ["b"]
+
+
+def test_decode_affinity_by_the_index_needs_no_session_id():
+    from app.routing.decode_affinity import DecodeAffinity
+
+    index = PrefixIndex(expect_s=0.0)
+    index.retain({"d1", "d2"})
+    engine = EngineBlocks(B)
+    history = list(range(100, 112))  # a conversation's prompt and answer, on d2
+    engine.apply([Stored([1, 2, 3], None, history)])
+    index.update("d2", engine.changes(None, 0))
+    affinity = DecodeAffinity(block_tokens=64, max_imbalance=4, index=index)
+    next_turn = [*history, 7, 7]
+    assert affinity.lacking(next_turn) == (2, "d2")
+    assert affinity.preferred(["d1", "d2"], {"d1": 0, "d2": 0}, next_turn) == "d2"
+    # Evicted there (as d2's events said): nothing held, the whole prompt lacking.
+    engine.apply([BlockRemoved(block_hashes=[1], medium="CPU")])
+    index.update("d2", engine.changes(*index.since("d2")))
+    assert affinity.lacking(next_turn) == (14, None)
