@@ -34,8 +34,8 @@ from typing import Any
 
 import httpx
 
-from load_tests.client.sse import sse_json
 from load_tests.client.stats import summarize
+from load_tests.serving.conversation_bench import one_turn
 from load_tests.systems.local_app import LocalApp
 from load_tests.systems.run_conditions import machine
 
@@ -46,46 +46,20 @@ ENGINE_BLOCK = 128  # the CPU backend's KV block, tokens
 async def one(
     client: httpx.AsyncClient, url: str, prompt: list[int], output_len: int
 ) -> dict[str, Any]:
-    """One streamed request: its TTFT, answer and what the server reported."""
-    body = {
-        "model": "tiny-llama",
-        "prompt": prompt,
-        "max_tokens": output_len,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-        "return_token_ids": True,
-        "stream_options": {"include_usage": True},
-    }
-    started = time.perf_counter()
-    ttft = None
-    answer: list[int] = []
-    usage: dict[str, Any] = {}
-    report: dict[str, Any] = {}
-    async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
-        if response.status_code != 200:
-            raise RuntimeError(f"HTTP {response.status_code}: {await response.aread()!r}")
-        async for event in sse_json(response):
-            if "error" in event:
-                raise RuntimeError(event["error"]["message"])
-            for choice in event.get("choices") or ():
-                if choice.get("token_ids"):
-                    ttft = ttft if ttft is not None else time.perf_counter() - started
-                    answer += choice["token_ids"]
-            if event.get("usage"):
-                usage = event["usage"]
-                report = dict(event.get("splitserve") or {})
-    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    """One streamed request (no session id): its TTFT, answer, and what the engine found
+    cached beside what the router expected."""
+    turn = await one_turn(client, url, prompt, output_len)
+    report = turn["report"]
     routed = report.get("routed_cached_tokens")
     expected = None
     if routed is not None:
         most = (len(prompt) - 1) // ENGINE_BLOCK * ENGINE_BLOCK
         expected = min(int(routed) // ENGINE_BLOCK * ENGINE_BLOCK, most)
     return {
-        "ttft_s": ttft,
-        "answer": answer,
+        "ttft_s": turn["ttft_s"],
+        "answer": turn["answer"],
         "prompt_tokens": len(prompt),
-        "cached": cached,
+        "cached": int(report.get("cached_tokens") or 0),
         "expected": expected,
         "engine": report.get("decode_engine"),
     }

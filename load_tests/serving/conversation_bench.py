@@ -40,9 +40,14 @@ SYSTEMS = (
 
 
 async def one_turn(
-    client: httpx.AsyncClient, url: str, prompt: list[int], output_len: int, session: str
+    client: httpx.AsyncClient,
+    url: str,
+    prompt: list[int],
+    output_len: int,
+    session: str | None = None,
 ) -> dict[str, Any]:
-    """One streamed turn: its TTFT, the answer's token ids and the server's report."""
+    """One streamed turn: its TTFT, the answer's token ids and the server's report (with
+    ``cached_tokens``); ``session``: the ``x-session-id`` it carries (None: none)."""
     body = {
         "model": "tiny-llama",
         "prompt": prompt,
@@ -57,8 +62,9 @@ async def one_turn(
     ttft = None
     answer: list[int] = []
     report: dict[str, Any] = {}
+    headers = {"x-session-id": session} if session else {}
     async with client.stream(
-        "POST", f"{url}/v1/completions", json=body, headers={"x-session-id": session}
+        "POST", f"{url}/v1/completions", json=body, headers=headers
     ) as response:
         if response.status_code != 200:
             raise RuntimeError(f"HTTP {response.status_code}: {await response.aread()!r}")
