@@ -28,6 +28,7 @@ from app.routing.engine_blocks import EngineBlocks
 logger = logging.getLogger("splitserve.kv_events")
 
 REPLAY_TIMEOUT_S = 2.0
+ERROR_PAUSE_S = 1.0
 END_SEQ = -1
 
 
@@ -99,6 +100,7 @@ class KvEventReader:
                 logger.exception("reading the engine's KV events failed; forgetting its blocks")
                 self.blocks.lost()
                 self.lost += 1
+                await asyncio.sleep(ERROR_PAUSE_S)  # an error that repeats must not spin
             async with self._changed:
                 self._changed.notify_all()
 

@@ -2,7 +2,7 @@
 
 - ``splitserve`` at ``/``: serve_configs/default.yaml (prefill core 0, decode core 1);
 - ``colocated`` at ``/colocated``: serve_configs/colocated.yaml with 2 replicas behind the
-  prefix-affinity router (fed by the engines' KV events), the reference outputs.
+  prefix-affinity router, the reference outputs.
 
 Everything binds 127.0.0.1; `make test` also runs the suite in a loopback-only network
 namespace. The cluster is stopped with ``ray.shutdown()``, never ``ray stop``.
@@ -52,12 +52,9 @@ def config_args(name: str) -> dict[str, Any]:
             "ttft_budget_s": 3600,
         }
     else:
-        # Two replicas behind the prefix-affinity router (tests/integration/test_routing.py),
-        # which matches prompts against what the engines' KV events say they hold (the
-        # disaggregated app keeps the default, what was routed where); greedy outputs do
-        # not depend on the replica, so it stays the reference.
+        # Two replicas behind the prefix-affinity router (tests/integration/test_routing.py);
+        # greedy outputs do not depend on the replica, so it stays the reference.
         args["decode"]["num_replicas"] = 2
-        args.setdefault("router", {})["prefix_source"] = "kv_events"
     return args
 
 

@@ -1,10 +1,8 @@
 """Routing against real engines: prefix affinity on a 2-replica pool, conditional
 disaggregation on the default app."""
 
-import time
 from collections import defaultdict
 
-from app.routing.prefix_index import EXPECT_S
 from tests.integration.helpers import GREEDY, complete, random_prompt
 
 
@@ -24,14 +22,6 @@ def test_prefix_sharing_requests_stick_to_one_replica_and_hit_its_cache(apps, ht
     assert len(set().union(*engines.values())) == 2, "prefixes should spread over both replicas"
     # vLLM reports the shared block as a prefix-cache hit on the replica that got it.
     assert all(hit >= 128 for hit in hits), hits
-    # Once what the router expected of its own routing has run out (EXPECT_S), the index
-    # of the engines' KV events alone still sends each prefix to the replica holding it.
-    time.sleep(EXPECT_S + 0.5)
-    for i, system in enumerate(systems):
-        prompt = system + random_prompt(8150 + i, 20)
-        body = complete(http, apps.colocated, {**GREEDY, "max_tokens": 2, "prompt": prompt})
-        assert {body["splitserve"]["decode_engine"]} == engines[i], (i, engines)
-        assert body["usage"]["prompt_tokens_details"]["cached_tokens"] >= 128, body["usage"]
 
 
 def test_short_prompts_skip_remote_prefill(apps, http):
