@@ -54,6 +54,11 @@ def pinned_ranks(
     return [named or candidates]
 
 
+def _index(pool: str, prefix_source: str) -> prefix_index.PrefixIndex | None:
+    """This process's index of ``pool``'s engines' KV events, where the routers read one."""
+    return prefix_index.shared(pool) if prefix_source == "kv_events" else None
+
+
 class _RankingRouter(FIFOMixin, RequestRouter):  # type: ignore[misc]
     def _queue_lens(self, replicas: list[RunningReplica]) -> dict[str, int]:
         cache = self.replica_queue_len_cache
@@ -75,7 +80,7 @@ class PrefixAffinityRouter(_RankingRouter):
         prefix_source: str = "routed",
         **_: Any,
     ) -> None:
-        index = prefix_index.shared(pool) if prefix_source == "kv_events" else None
+        index = _index(pool, prefix_source)
         self.policy = PrefixAffinity(
             block_tokens=block_tokens, max_imbalance=max_imbalance, index=index
         )
@@ -135,7 +140,7 @@ class KVCapacityRouter(_RankingRouter):
         prefix_source: str = "routed",
         **_: Any,
     ) -> None:
-        index = prefix_index.shared(pool) if prefix_source == "kv_events" else None
+        index = _index(pool, prefix_source)
         self.affinity = shared(block_tokens, max_imbalance, index)
 
     async def choose_replicas(

@@ -98,11 +98,6 @@ class PrefixIndex:
                 count += 1
             return count
 
-    def held(self, replica: str) -> int:
-        with self._lock:
-            state = self._replicas.get(replica)
-            return len(state.held) if state else 0
-
     def replicas(self) -> list[str]:
         with self._lock:
             return list(self._replicas)
