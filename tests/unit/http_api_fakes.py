@@ -20,9 +20,11 @@ from load_tests.client.sse import sse_data_sync
 class FakePool(PoolClient):
     """Streams three one-token chunks (with logprobs when asked); remembers its requests."""
 
-    def __init__(self, delay=0.0, fail=False):
+    def __init__(self, delay=0.0, fail=False, gate=None, gate_before=0):
         self.delay = delay
         self.fail = fail
+        self.gate = gate  # a threading.Event that chunk ``gate_before`` waits for, when given
+        self.gate_before = gate_before
         self.requests: list[GenerateRequest] = []
         self.prefills: list[GenerateRequest] = []
 
@@ -40,6 +42,10 @@ class FakePool(PoolClient):
         params = request.sampling_params
         seed = params.seed or 0
         for i in range(3):
+            # The gate is a thread's event, set from the test's thread: polled.
+            gated = i == self.gate_before and self.gate is not None
+            while gated and not self.gate.is_set():  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
             await asyncio.sleep(self.delay)
             token = 10 + i + seed
             logprobs = None

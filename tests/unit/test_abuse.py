@@ -184,13 +184,18 @@ def test_bad_input_is_a_4xx_even_while_requests_are_refused(engine_client):
 
     from tests.unit.http_api_fakes import FakePool
 
-    make_client(engine_client, pool=FakePool(delay=0.5))
+    gate = threading.Event()
+    make_client(engine_client, pool=FakePool(gate=gate))
     config = IngressConfig(admission={"max_waiting": 1, "retry_after_s": 7})
     server = OpenAIServer(engine_client.serving, config, None)
     client = TestClient(server.asgi_app(), raise_server_exceptions=False)
     waiting = threading.Thread(target=lambda: client.post(CMPL, json={"model": M, "prompt": "hi"}))
     waiting.start()
-    time.sleep(0.2)  # the first request holds the only slot: the next are refused
+    # the first request holds the only slot until the gate opens: the next are refused
+    deadline = time.monotonic() + 10
+    while server.admission.waiting < 1:
+        assert time.monotonic() < deadline, "the first request was never admitted"
+        time.sleep(0.01)
     for body in RAW_BODIES:
         _assert_openai_error(client.post(CMPL, content=body, headers=JSON), body)
     for body in BAD_CHATS:
@@ -204,7 +209,9 @@ def test_bad_input_is_a_4xx_even_while_requests_are_refused(engine_client):
     refused = client.post(CMPL, json={"model": M, "prompt": "hi"})
     assert refused.status_code == 503 and refused.headers["retry-after"] == "7"
     assert server.admission.shed == bad + 1  # a 4xx is no refusal; a 503 is counted
-    waiting.join()
+    gate.set()
+    waiting.join(timeout=10)
+    assert not waiting.is_alive()
     assert server.admission.waiting == 0
 
 

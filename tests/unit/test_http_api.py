@@ -6,7 +6,6 @@ pools are fakes (tests/unit/http_api_fakes.py), which stream a few tokens.
 """
 
 import json
-import time
 
 from app.pool.records import PrefillResult, Started, TokenChunk
 from tests.unit.http_api_fakes import FakePool, make_client, sse_events
@@ -139,13 +138,11 @@ class FirstSampleEmptyPool(FakePool):
 
 def test_n_samples_do_not_wait_for_a_first_sample_that_produced_nothing(engine_client):
     client = make_client(engine_client, pool=FirstSampleEmptyPool(), timeout_s=5.0)
-    started = time.monotonic()
     r = client.post(
         "/v1/completions",
         json={"prompt": "hi", "max_tokens": 3, "n": 2, "temperature": 1, "seed": 5},
     )
     # Before: sample 1 waited for sample 0's first token until the deadline (504).
-    assert time.monotonic() - started < 4.0
     assert r.status_code == 200, r.text
 
 

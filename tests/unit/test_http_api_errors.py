@@ -5,6 +5,7 @@ The serving classes and the engine client are the real ones (no Ray, no engine);
 pools are fakes (tests/unit/http_api_fakes.py).
 """
 
+import threading
 import time
 
 import pytest
@@ -96,7 +97,8 @@ def test_deadline_ends_a_slow_request_with_504(engine_client):
 
 
 def test_deadline_mid_stream_ends_with_an_error_event(engine_client):
-    client = make_client(engine_client, pool=FakePool(delay=0.15), timeout_s=0.35)
+    stalled = FakePool(gate=threading.Event(), gate_before=1)  # one token, then nothing
+    client = make_client(engine_client, pool=stalled, timeout_s=0.35)
     r = client.post("/v1/completions", json={"prompt": "hi", "stream": True})
     events = sse_events(r)
     assert events[-1] == "[DONE]"
@@ -136,7 +138,8 @@ def test_requests_that_do_not_complete_are_reported_with_how_they_ended(engine_c
     engine_client.on_unfinished = lambda timings, outcome: ended.append(outcome)
     failing = make_client(engine_client, pool=FakePool(fail=True))
     assert failing.post("/v1/completions", json={"prompt": "hi"}).status_code == 500
-    slow = make_client(engine_client, pool=FakePool(delay=0.15), timeout_s=0.35)
+    stalled = FakePool(gate=threading.Event(), gate_before=1)  # one token, then nothing
+    slow = make_client(engine_client, pool=stalled, timeout_s=0.35)
     slow.post("/v1/completions", json={"prompt": "hi", "stream": True})
     assert ended == ["failed", "cancelled"]
 
@@ -206,10 +209,10 @@ def test_metrics_can_require_the_api_key(engine_client):
 def test_a_request_beyond_the_admission_limit_is_refused_at_once_with_retry_after(
     engine_client,
 ):
-    import threading
-
     admission = {"max_waiting": 1, "retry_after_s": 7}
-    client = make_client(engine_client, pool=FakePool(delay=0.5), admission=admission)
+    gate = threading.Event()
+    pool = FakePool(gate=gate)
+    client = make_client(engine_client, pool=pool, admission=admission)
     first: list[int] = []
     waiting = threading.Thread(
         target=lambda: first.append(
@@ -217,13 +220,18 @@ def test_a_request_beyond_the_admission_limit_is_refused_at_once_with_retry_afte
         )
     )
     waiting.start()
-    time.sleep(0.2)  # the first request waits for its first token
-    started = time.monotonic()
+    deadline = time.monotonic() + 10
+    while not pool.requests:  # the first request is in the pool
+        assert time.monotonic() < deadline, "the first request never reached the pool"
+        time.sleep(0.01)
+    # The first request waits for its first token until the gate opens: the refusal comes
+    # while it still waits, so at once, not after a timeout.
     refused = client.post("/v1/completions", json={"prompt": "hi", "stream": True})
-    assert time.monotonic() - started < 0.3  # at once, not after a timeout
+    assert not gate.is_set() and waiting.is_alive()
     assert refused.status_code == 503 and refused.headers["retry-after"] == "7"
     assert "overloaded" in refused.json()["error"]["message"]
-    waiting.join()
+    gate.set()
+    waiting.join(timeout=10)
     assert first == [200]
     # The first request is done: the next is admitted.
     assert client.post("/v1/completions", json={"prompt": "hi"}).status_code == 200

@@ -33,7 +33,10 @@ async def test_a_cancelled_fetch_leaves_no_file(tmp_path: Path):
     await asyncio.sleep(0.05)  # the thread is writing
     task.cancel()
     object_store.remove(path)  # the caller's clean-up runs before the thread is done
-    await asyncio.sleep(0.6)
+    await asyncio.sleep(0.6)  # the write (0.3 s) is done by now on an idle host
+    deadline = time.monotonic() + 10  # and on a busy one, in its own time
+    while os.listdir(tmp_path) and time.monotonic() < deadline:  # noqa: ASYNC110 (a file, no event)
+        await asyncio.sleep(0.05)
     assert os.listdir(tmp_path) == []
 
 

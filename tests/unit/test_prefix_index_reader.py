@@ -2,6 +2,8 @@
 the routers' policy reading the index it fills."""
 
 import asyncio
+import time
+from collections.abc import Callable
 
 from vllm.distributed.kv_events import BlockRemoved
 
@@ -45,6 +47,14 @@ class Stored:  # the shape of vLLM's BlockStored the index reads
 Stored.__name__ = "BlockStored"
 
 
+async def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Waits for what the reader's loops do in their own time; fails after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)
+
+
 def test_the_reader_fills_each_pools_index_and_skips_a_replica_that_does_not_answer():
     async def scenario() -> None:
         engines = {"a": EngineBlocks(B), "b": EngineBlocks(B)}
@@ -58,20 +68,21 @@ def test_the_reader_fills_each_pools_index_and_skips_a_replica_that_does_not_ans
         prompt = list(range(8))
         engines["a"].apply([Stored([1, 2], None, prompt)])
         pool.down.add("b")
-        await asyncio.sleep(0.1)
         hashes = block_hashes(prompt, B)
-        assert index.matched_blocks("a", hashes) == 2 and index.matched_blocks("b", hashes) == 0
-        assert reader.failures >= 1
+        await _until(lambda: index.matched_blocks("a", hashes) == 2 and reader.failures >= 1)
+        assert index.matched_blocks("b", hashes) == 0
         # b comes back with the same blocks; a loses them.
         pool.down.clear()
         engines["b"].apply([Stored([7, 8], None, prompt)])
         engines["a"].lost()
-        await asyncio.sleep(0.1)
-        assert index.matched_blocks("b", hashes) == 2 and index.matched_blocks("a", hashes) == 0
+        await _until(
+            lambda: (
+                index.matched_blocks("b", hashes) == 2 and index.matched_blocks("a", hashes) == 0
+            )
+        )
         # A replica that leaves the pool is no longer read.
         index.retain({"b"})
-        await asyncio.sleep(0.6)
-        assert set(reader._loops) == {("decode", "b")}
+        await _until(lambda: set(reader._loops) == {("decode", "b")})
         reader.close()
         await asyncio.sleep(0)
 
