@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import ray
 from ray import serve
 
 from app.api.admission_metrics import RayAdmissionMetrics
@@ -22,6 +23,7 @@ from app.flow.transfer_metrics import RayTransferMetrics
 from app.kv.fallback import nixl_installed, transfer_plan
 from app.model.source import resolve_model
 from app.observability.tracing import Tracing
+from app.pool.chunk_receiver import ChunkReceiver
 from app.routing.decode_affinity import shared
 from app.scaling.demand import DemandMeter
 from deployments.cluster_env import missing_cluster_env
@@ -78,12 +80,18 @@ class Ingress:
         self._prefix_reader = PrefixIndexReader(handles, indexes) if indexes else None
         if self._prefix_reader is not None:
             self._prefix_reader.start()
+        # The decode (or colocated) replicas on this host push their chunks here.
+        self._chunks = (
+            ChunkReceiver(ray.get_runtime_context().get_node_id())
+            if config.request_path.direct_stream
+            else None
+        )
         plan = transfer_plan(config.transport.kind, nixl_installed())
         metrics = RayTransferMetrics(application, plan)
         request_metrics = RayRequestMetrics(application)
         orchestrator = Orchestrator(
             config.mode,
-            decode=ServePoolClient(decode, grpc),
+            decode=ServePoolClient(decode, grpc, receiver=self._chunks),
             prefill=(
                 ServePoolClient(prefill, grpc, on_release=metrics.released)
                 if config.mode is Mode.DISAGGREGATED
@@ -153,6 +161,22 @@ class Ingress:
 
     def __serve_build_asgi_app__(self) -> Any:
         return self._server.asgi_app()
+
+    def stream_counts(self) -> dict[str, int]:
+        """Chunks the replicas on this host pushed here (app.pool.chunk_receiver), and of
+        them those whose stream had already ended; empty without the direct stream."""
+        if self._chunks is None:
+            return {}
+        return {"received": self._chunks.received, "undeliverable": self._chunks.undeliverable}
+
+    async def __del__(self) -> None:
+        """Serve's last call to a stopping ingress: its socket and reader go with it."""
+        chunks = getattr(self, "_chunks", None)
+        if chunks is not None:
+            chunks.close()
+        reader = getattr(self, "_prefix_reader", None)
+        if reader is not None:
+            reader.close()
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """The load arriving here and its mix over the last window (app.scaling.demand); Serve

@@ -19,8 +19,10 @@ from app.kv.lease_release import Release
 from app.kv.link_meter import LinkMeter, ray_link_export
 from app.model.source import resolve_model
 from app.observability.engine_metrics import keep_gauges_alive
+from app.pool.chunk_sender import ChunkSender
 from app.pool.records import (
     BlocksQuery,
+    DirectEnd,
     EngineStats,
     GenerateRequest,
     KvRelease,
@@ -53,6 +55,7 @@ class LLMServer:
         context = serve.get_replica_context()
         application = context.app_name
         self.replica = context.replica_id.unique_id
+        self.chunks = ChunkSender(_node_id())
         self.server = EngineServer.start(self.role, config, model_path, application)
         # A stopping prefill replica waits this long at most for its KV to be pulled: the
         # lease, within Serve's grace period (20 s unless configured), less a margin.
@@ -137,11 +140,29 @@ class LLMServer:
             return Release.UNKNOWN.value  # routed here because its replica is gone
         return (await self.server.release_kv(release.kv_transfer_params)).value
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[Started | TokenChunk]:
+    async def generate(
+        self, request: GenerateRequest
+    ) -> AsyncIterator[Started | TokenChunk | DirectEnd]:
+        """The request's stream; its token chunks pushed to the ingress when it is on this
+        host (app.pool.chunk_sender), then how many, else yielded here."""
+        target = request.stream_to
         chunks = self.server.generate(request)
         del request  # the engine server lets go of an object-store KV once it has it
-        async for chunk in chunks:
-            yield chunk
+        if target is None or not self.chunks.reaches(target):
+            async for chunk in chunks:
+                yield chunk
+            return
+        pushed = 0
+        try:
+            async for chunk in chunks:
+                if isinstance(chunk, Started):
+                    yield chunk  # in order with errors, through Serve
+                else:
+                    self.chunks.send(target, chunk)
+                    pushed += 1
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]  # a failed send aborts
+        yield DirectEnd(pushed)
 
     def stats(self) -> EngineStats:
         return self.server.stats()
@@ -214,6 +235,13 @@ class LLMServer:
                     time.monotonic() - started,
                 )
         server.shutdown()
+        self.chunks.close()
+
+
+def _node_id() -> str:
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
 
 
 def _record_warmup(role: Role, report: WarmupReport, application: str) -> None:

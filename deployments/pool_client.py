@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from app.flow.migration import LostCause, ReplicaLost
 from app.kv.failure import describe_failure
 from app.kv.fallback import Transport
+from app.pool.chunk_receiver import ChunkReceiver
 from app.pool.client import PoolBusy, PoolClient
 from app.pool.records import GenerateRequest, KvRelease, PrefillResult, Started, TokenChunk
 
@@ -23,14 +25,21 @@ class ServePoolClient(PoolClient):
 
     With ``grpc``, calls go by value over Serve's gRPC channel, except those whose
     request or result holds a Ray object reference (object-store KV): those stay Ray
-    actor calls, so Ray keeps the referenced KV alive while it is in flight.
+    actor calls, so Ray keeps the referenced KV alive while it is in flight. With a
+    ``receiver``, a replica on this host pushes a stream's chunks to it instead
+    (:mod:`app.pool.chunk_receiver`).
     """
 
     def __init__(
-        self, handle: Any, grpc: bool = False, on_release: Callable[[str], None] | None = None
+        self,
+        handle: Any,
+        grpc: bool = False,
+        on_release: Callable[[str], None] | None = None,
+        receiver: ChunkReceiver | None = None,
     ) -> None:
         self.handle = handle
         self.on_release = on_release  # each early free's outcome (metrics)
+        self.receiver = receiver
         self._stream_handle = handle.options(stream=True)
         self._fast = handle.options(_by_reference=False) if grpc else handle
         self._fast_stream = self._fast.options(stream=True)
@@ -43,7 +52,11 @@ class ServePoolClient(PoolClient):
 
     def generate(self, request: GenerateRequest) -> AsyncIterator[Started | TokenChunk]:
         handle = self._stream_handle if request.kv_object is not None else self._fast_stream
-        return _relay(handle.generate.remote(request))
+        if self.receiver is None:
+            return _relay(handle.generate.remote(request))
+        return self.receiver.stream(
+            lambda target: _relay(handle.generate.remote(replace(request, stream_to=target)))
+        )
 
     async def release(self, result: PrefillResult) -> None:
         if not result.replica or result.kv_transfer_params is None:

@@ -71,6 +71,14 @@ class RequestPathConfig(Strict):
         "channel instead of as Ray actor calls. Calls that carry an object-store KV "
         "reference always go as Ray calls, which keep the reference alive.",
     )
+    direct_stream: bool = Field(
+        True,
+        description="A decode or colocated replica on the ingress's host pushes the "
+        "stream's token chunks to the ingress over a local socket (ZeroMQ over IPC, in a "
+        "directory only the app's user can open) instead of yielding each through "
+        "Serve; Serve still carries the call, its start, its errors and its end. A "
+        "replica on another host yields through Serve.",
+    )
     replica_event_loop: bool = Field(
         True,
         description="Run each replica's code, and the ingress's routers, on Serve's own "

@@ -22,6 +22,25 @@ class Role(StrEnum):
 
 
 @dataclass(frozen=True)
+class StreamTo:
+    """Where a replica on the same host may push a stream's chunks instead of yielding
+    them through Serve (app.pool.chunk_receiver): an ingress's socket and the stream's
+    number there."""
+
+    node_id: str  # the Ray node the ingress runs on; a replica on another node yields
+    path: str  # the ingress's IPC socket, in a directory only its user can open
+    stream_id: int
+
+
+@dataclass(frozen=True)
+class DirectEnd:
+    """A replica's last item through Serve when it pushed the stream's items directly:
+    how many it pushed, so the ingress knows when it has them all."""
+
+    count: int
+
+
+@dataclass(frozen=True)
 class GenerateRequest:
     """One tokenized request, as the ingress hands it to a pool."""
 
@@ -66,6 +85,9 @@ class GenerateRequest:
     # vLLM's request priority in the engines (lower first; their `priority` scheduling
     # when the app has priority classes, else ignored).
     priority: int = 0
+    # Where the replica may push the chunks directly (the ingress's socket on the same
+    # host; app.pool.chunk_receiver); None: every chunk comes back through Serve.
+    stream_to: StreamTo | None = None
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,18 @@ SYSTEMS: dict[str, Callable[[], AbstractContextManager[str]]] = {
     "splitserve default": lambda: splitserve(
         "serve_configs/default.yaml", metrics_report_interval_ms=None
     ),
+    # The same two with every chunk through Serve (request_path.direct_stream off): the
+    # direct stream's before and after, in the same run.
+    "splitserve colocated, chunks through Serve": lambda: splitserve(
+        "serve_configs/colocated.yaml",
+        {"request_path": {"direct_stream": False}},
+        metrics_report_interval_ms=None,
+    ),
+    "splitserve default, chunks through Serve": lambda: splitserve(
+        "serve_configs/default.yaml",
+        {"request_path": {"direct_stream": False}},
+        metrics_report_interval_ms=None,
+    ),
     "splitserve, every prompt remote": lambda: splitserve(
         "serve_configs/default.yaml",
         {"router": {"local_prefill_below_tokens": 0}},
