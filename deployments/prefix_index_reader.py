@@ -29,6 +29,7 @@ WAIT_S = 1.0  # a replica holds a question with nothing new this long
 MIN_INTERVAL_S = 0.05  # between two questions to one replica
 TIMEOUT_S = 5.0  # beyond the wait
 RECONCILE_S = 0.5  # how often the set of replicas read follows the routers'
+_FAILED: Any = object()
 
 
 class PrefixIndexReader:
@@ -75,7 +76,8 @@ class PrefixIndexReader:
     async def _read(self, pool: str, replica: str) -> None:
         index = self.indexes[pool]
         epoch, since = index.since(replica)
-        try:
+        index.polling(replica, +1)  # counted in its queue length by Serve: the routers
+        try:  # take it out
             async with asyncio.timeout(self.wait_s + TIMEOUT_S):
                 changes = await self.handles[pool].kv_blocks.remote(
                     BlocksQuery(replica, epoch, since, self.wait_s)
@@ -84,6 +86,10 @@ class PrefixIndexReader:
             self.failures += 1
             if self.failures in (1, 10, 100) or self.failures % 1000 == 0:
                 logger.warning("could not read %s replica %s's cache: %r", pool, replica, exc)
+            changes = _FAILED
+        finally:
+            index.polling(replica, -1)
+        if changes is _FAILED:
             await asyncio.sleep(self.wait_s)
             return
         if changes is not None:

@@ -60,9 +60,17 @@ def _index(pool: str, prefix_source: str) -> prefix_index.PrefixIndex | None:
 
 
 class _RankingRouter(FIFOMixin, RequestRouter):  # type: ignore[misc]
+    index: prefix_index.PrefixIndex | None = None
+
     def _queue_lens(self, replicas: list[RunningReplica]) -> dict[str, int]:
+        """Each replica's queue as Serve counts it, less the ingress's own questions of
+        its cache held there (``PrefixIndex.requests_queued``)."""
         cache = self.replica_queue_len_cache
-        return {r.replica_id.unique_id: cache.get(r.replica_id) or 0 for r in replicas}
+        lens = {r.replica_id.unique_id: cache.get(r.replica_id) or 0 for r in replicas}
+        index = self.index
+        if index is None:
+            return lens
+        return {replica: index.requests_queued(replica, n) for replica, n in lens.items()}
 
     @staticmethod
     def _by_id(replicas: list[RunningReplica]) -> dict[str, RunningReplica]:
@@ -80,7 +88,7 @@ class PrefixAffinityRouter(_RankingRouter):
         prefix_source: str = "routed",
         **_: Any,
     ) -> None:
-        index = _index(pool, prefix_source)
+        index = self.index = _index(pool, prefix_source)
         self.policy = PrefixAffinity(
             block_tokens=block_tokens, max_imbalance=max_imbalance, index=index
         )
@@ -140,7 +148,7 @@ class KVCapacityRouter(_RankingRouter):
         prefix_source: str = "routed",
         **_: Any,
     ) -> None:
-        index = _index(pool, prefix_source)
+        index = self.index = _index(pool, prefix_source)
         self.affinity = shared(block_tokens, max_imbalance, index)
 
     async def choose_replicas(

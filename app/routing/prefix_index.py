@@ -44,6 +44,7 @@ class PrefixIndex:
         self.block_tokens: int | None = None  # the engines' block, once a replica reported
         self._replicas: dict[str, _Replica] = {}
         self._live: set[str] = set()
+        self._polls: dict[str, int] = {}  # the reader's questions in flight, by replica
         self._lock = threading.Lock()
 
     def live(self) -> list[str]:
@@ -72,6 +73,24 @@ class PrefixIndex:
             for gone in changes.removed:
                 state.expected.pop(gone, None)
             state.epoch, state.version = changes.epoch, changes.version
+
+    def polling(self, replica: str, change: int) -> None:
+        """The reader's question to ``replica`` started (+1) or ended (-1). Serve counts
+        it in the replica's queue length while the replica holds it (up to the reader's
+        wait), so the routers take it out (:meth:`requests_queued`): otherwise a replica
+        whose cache just changed, whose question was answered and not yet asked again,
+        looks the least loaded, and new prefixes follow the last one."""
+        with self._lock:
+            count = self._polls.get(replica, 0) + change
+            if count > 0:
+                self._polls[replica] = count
+            else:
+                self._polls.pop(replica, None)
+
+    def requests_queued(self, replica: str, queue_len: int) -> int:
+        """``replica``'s queue length as Serve counts it, less the reader's questions."""
+        with self._lock:
+            return max(0, queue_len - self._polls.get(replica, 0))
 
     def routed(self, replica: str, hashes: Sequence[int]) -> None:
         """A request of these blocks went to ``replica``: expect them there."""

@@ -150,3 +150,46 @@ def test_decode_affinity_by_the_index_needs_no_session_id():
     engine.apply([BlockRemoved(block_hashes=[1], medium="CPU")])
     index.update("d2", engine.changes(*index.since("d2")))
     assert affinity.lacking(next_turn) == (14, None)
+
+
+def test_the_readers_question_held_by_a_replica_is_not_counted_as_its_queue():
+    # Serve counts the long poll in the replica's queue length; were it left in, a replica
+    # whose question was just answered would look the least loaded, and new prefixes
+    # would all follow the replica that served the last one.
+    async def scenario() -> None:
+        release = asyncio.Event()
+        engines = {"a": EngineBlocks(B)}
+
+        class HeldPool:
+            async def _held(self, query):  # type: ignore[no-untyped-def]
+                await release.wait()
+                return engines["a"].changes(query.epoch, query.since)
+
+            def __init__(self) -> None:
+                self.kv_blocks = type("R", (), {"remote": self._held})()
+
+        index = PrefixIndex()
+        index.retain({"a"})
+        reader = PrefixIndexReader({"decode": HeldPool()}, {"decode": index}, wait_s=5.0)
+        reader.start()
+        await _until(lambda: index.requests_queued("a", 1) == 0)  # the question is held
+        assert index.requests_queued("a", 3) == 2  # two requests besides it
+        assert index.requests_queued("b", 1) == 1  # no question to b
+        release.set()
+        await _until(lambda: reader.reads >= 1)
+        reader.close()
+        await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+
+
+def test_a_question_that_fails_is_not_counted_once_it_ended():
+    index = PrefixIndex()
+    index.polling("a", +1)
+    index.polling("a", +1)
+    assert index.requests_queued("a", 2) == 0
+    index.polling("a", -1)
+    index.polling("a", -1)
+    assert index.requests_queued("a", 2) == 2
+    index.polling("a", -1)  # never below none
+    assert index.requests_queued("a", 0) == 0 and index.requests_queued("a", 1) == 1
