@@ -41,6 +41,9 @@ def test_the_engines_events_alone_send_a_prefix_to_its_replica():
         for i, system in enumerate(systems):
             body = complete(system + random_prompt(8610 + i, 20))
             engines[i].add(body["splitserve"]["decode_engine"])
+        # New prefixes spread: the reader's long poll, held by a replica, is not taken
+        # for a request in its queue (else they followed the replica that served last).
+        assert len(set().union(*engines.values())) == 2, engines
         time.sleep(EXPECT_S + 1.0)  # the router's expectations run out; the index stays
         for i, system in enumerate(systems):
             body = complete(system + random_prompt(8620 + i, 20))
