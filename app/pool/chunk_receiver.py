@@ -125,7 +125,14 @@ class ChunkReceiver:
 
     async def _read(self) -> None:
         while True:
-            frame = await self._socket.recv()
+            try:
+                frame = await self._socket.recv()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the reader must outlive one bad read: every stream needs it
+                logger.exception("the stream socket failed a read; reading on")
+                await asyncio.sleep(0.1)
+                continue
             self.received += 1
             try:
                 stream_id, item = pickle.loads(frame)
