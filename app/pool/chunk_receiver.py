@@ -69,6 +69,7 @@ class ChunkReceiver:
         queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         self._queues[target.stream_id] = queue
         pump = asyncio.ensure_future(_pump(call(target), queue))
+        del call  # it may hold the request's object-store KV, which must not stay pinned here
         try:
             held: list[Any] = []  # pushed before Serve's first item arrived
             served = False
