@@ -58,6 +58,7 @@ class ChunkReceiver:
         self.undeliverable = 0  # of them, for a stream that had already ended
         self._ids = itertools.count(1)
         self._queues: dict[int, asyncio.Queue[tuple[int, Any]]] = {}
+        self._context: Any = None
         self._socket: Any = None
         self._reader: asyncio.Task[None] | None = None
 
@@ -128,8 +129,6 @@ class ChunkReceiver:
         while True:
             try:
                 frame = await self._socket.recv()
-            except asyncio.CancelledError:
-                raise
             except Exception:  # the reader must outlive one bad read: every stream needs it
                 logger.exception("the stream socket failed a read; reading on")
                 await asyncio.sleep(0.1)
