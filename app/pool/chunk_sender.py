@@ -13,6 +13,8 @@ import os
 import pickle
 from typing import Any
 
+import zmq
+
 from app.pool.records import StreamTo
 
 # Chunks queued for one ingress before a send fails. The ingress reads its socket on its
@@ -37,8 +39,6 @@ class ChunkSender:
         return target is not None and target.node_id == self.node_id and os.path.exists(target.path)
 
     def send(self, target: StreamTo, item: Any) -> None:
-        import zmq
-
         frame = pickle.dumps((target.stream_id, item), protocol=pickle.HIGHEST_PROTOCOL)
         try:
             self._socket(target.path).send(frame, zmq.NOBLOCK)
@@ -51,8 +51,6 @@ class ChunkSender:
         socket = self._sockets.get(path)
         if socket is not None:
             return socket
-        import zmq
-
         if self._context is None:
             self._context = zmq.Context()
         for gone in [p for p in self._sockets if not os.path.exists(p)]:
