@@ -24,11 +24,16 @@ class RequestState:
     request: SimRequest
     prefill_left: int
     remote: bool = False  # prefilled by the prefill pool
+    first_sent: bool = False  # its first token came from the prefill pool's engine
     tokens_out: int = 0
     first_token: float = math.nan
     finished: float = math.nan
     last_chunk: float = math.nan  # when the engine last handed a chunk on
     token_times: list[float] = field(default_factory=list)  # each token, as the engine makes it
+    # Each token as the client gets it (its chunk through the front end), where the
+    # front end is modelled; ``chunked``: the tokens handed on in a chunk so far.
+    delivered: list[float] = field(default_factory=list)
+    chunked: int = 0
     on_first_token: Callable[[], None] | None = None  # called as the first token is through
 
 

@@ -25,11 +25,15 @@ for a request the prefill pool served), with an exponential tail of mean
 ``overhead_spread_s`` drawn for each request. The model is deliberately simple
 (no preemption, no prefix cache, one link); tests hold it to closed-form queues first.
 
-With ``Topology.frontend`` (:mod:`app.planning.frontend`), the serving path's CPU is one
-more server: a FIFO that each request visits on arrival (before it reaches a pool), each
-engine step as it ends (the replica's output processing; nothing waits on it) and each
-streamed chunk on its way to the client (the first token counts when its chunk is
-through; a stream's tokens are batched into chunks as the decode replica does). With
+With ``Topology.frontend`` (:mod:`app.planning.frontend`), the serving path's CPU is a
+few more servers, one per process: the ingress, which each request visits on arrival
+(before it reaches a pool); each engine's replica, which a request visits before its
+engine gets it, and each engine step as it ends (output processing; nothing waits on
+it); and each streamed chunk goes from the replica through the ingress (and the client,
+where it shares the host): a token counts as the client's when its chunk is through
+(``RequestState.delivered``), and a stream's tokens are batched into chunks as the
+replica does. With ``first_token_on_prefill``, a remote prefill's first token is
+streamed from the prefill replica as it ends, and decode's first step repeats it. With
 ``Topology.cores`` (> 0) the engines and that server share so many cores: while more
 steps and jobs run than there are cores, each advances at cores / running of real time,
 re-divided whenever one starts or ends (processor sharing, as Linux's fair scheduler
@@ -46,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.planning.engine_profile import EngineProfile
-from app.planning.frontend import FrontEndCost, FrontEndServer, SharedCores, Streams
+from app.planning.frontend import FrontEnd, FrontEndCost, SharedCores, Streams
 from app.planning.sim_core import Clock, RequestState, SimRequest
 
 
@@ -61,6 +65,10 @@ class Topology:
     local_prefill_below_tokens: int = 0  # shorter prompts are prefilled on decode
     frontend: FrontEndCost | None = None  # None: the serving path costs no CPU
     cores: int = 0  # cores the engines and the front end share; 0: no contention
+    # A remote prefill's engine samples the first token and it is streamed at once
+    # (splitserve's ``router.first_token_on_prefill``); decode's first step repeats it
+    # (dropped) and its second makes the answer's second token.
+    first_token_on_prefill: bool = False
 
     def __post_init__(self) -> None:
         if self.prefill_replicas < 0 or self.decode_replicas < 1:
@@ -97,22 +105,34 @@ class DecodeReplica:
         profile: EngineProfile,
         topology: Topology,
         cpu: SharedCores | None = None,
-        stream: Streams | None = None,
+        frontend: FrontEnd | None = None,
     ) -> None:
         self.clock, self.profile, self.topology = clock, profile, topology
         self.cpu = cpu or SharedCores(clock, 0)
-        self.stream = stream or Streams(clock, FrontEndServer(clock, None, self.cpu))
+        frontend = frontend or FrontEnd(clock, None, self.cpu)
+        # The replica's own process: the generate call, its engine's output processing
+        # once a step, each chunk's send; beside (not queued behind) the ingress's work.
+        self.process = frontend.replica()
+        self.stream = Streams(clock, frontend, self.process)
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []
+        self.arriving = 0  # requests still in the replica's process on their way in
+        self.joining = 0  # requests prefilled (or joining) in the step under way
         self.busy = False
         self.busy_s = 0.0  # seconds spent stepping, steps counted as they start (at the
         # share of the cores they start with)
 
     @property
     def load(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return self.arriving + len(self.waiting) + self.joining + len(self.running)
 
     def add(self, state: RequestState) -> None:
+        cost = self.process.cost
+        self.arriving += 1
+        self.process.visit(cost.request_s if cost else 0.0, lambda: self._queue(state))
+
+    def _queue(self, state: RequestState) -> None:
+        self.arriving -= 1
         self.waiting.append(state)
         if not self.busy:
             self._step()
@@ -132,6 +152,7 @@ class DecodeReplica:
             self.busy = False
             return
         self.busy = True
+        self.joining = len(prefilling)
         prefill_tokens = sum(take for _, take in prefilling)
         # Requests whose KV arrived from a prefill pool decode in this step as well.
         arrived = [state for state, take in prefilling if take == 0]
@@ -144,7 +165,8 @@ class DecodeReplica:
     def _end(
         self, decoding: list[RequestState], prefilling: list[tuple[RequestState, int]]
     ) -> None:
-        self.stream.frontend.step()
+        self.process.step()
+        self.joining = 0
         for state in decoding:
             state.tokens_out += 1
             state.token_times.append(self.clock.now)
@@ -152,6 +174,9 @@ class DecodeReplica:
             state.prefill_left -= take
             if state.prefill_left:
                 self.waiting.appendleft(state)  # the rest of the prompt, next step
+            elif state.first_sent and state.tokens_out == 1:
+                state.first_sent = False  # its first step repeats the token sent (dropped)
+                self.running.append(state)
             else:
                 state.tokens_out += 1  # the step that ends a prefill samples a token
                 state.token_times.append(self.clock.now)
@@ -182,11 +207,13 @@ class PrefillReplica:
         topology: Topology,
         done: Callable[[RequestState], None],
         cpu: SharedCores | None = None,
-        frontend: FrontEndServer | None = None,
+        frontend: FrontEnd | None = None,
     ) -> None:
         self.clock, self.profile, self.topology, self.done = clock, profile, topology, done
         self.cpu = cpu or SharedCores(clock, 0)
-        self.frontend = frontend or FrontEndServer(clock, None, self.cpu)
+        frontend = frontend or FrontEnd(clock, None, self.cpu)
+        self.process = frontend.replica()  # the prefill call, each step's output
+        self.stream = Streams(clock, frontend, self.process)
         self.queue: deque[RequestState] = deque()
         self.queued_tokens = 0
         self.busy = False
@@ -194,8 +221,12 @@ class PrefillReplica:
         self.in_batch = 0  # requests in the batch being prefilled
 
     def add(self, state: RequestState) -> None:
-        self.queue.append(state)
         self.queued_tokens += state.request.prompt_tokens
+        cost = self.process.cost
+        self.process.visit(cost.remote_request_s if cost else 0.0, lambda: self._queue(state))
+
+    def _queue(self, state: RequestState) -> None:
+        self.queue.append(state)
         if not self.busy:
             self._start()
 
@@ -216,10 +247,18 @@ class PrefillReplica:
         self.busy_s += self.cpu.run(self.profile.prefill_s(tokens), lambda: self._end(batch))
 
     def _end(self, batch: list[RequestState]) -> None:
-        self.frontend.step()
+        self.process.step()
         self.in_batch = 0
         for state in batch:
             state.prefill_left = 0
+            if self.topology.first_token_on_prefill:
+                state.tokens_out = 1
+                state.token_times.append(self.clock.now)
+                if state.request.output_tokens <= 1:
+                    self.stream.chunk(state, first=True, last=True)
+                    continue  # the whole answer: nothing for decode to do
+                state.first_sent = True
+                self.stream.chunk(state, first=True)
             self.done(state)
         self._start()
 
@@ -259,10 +298,9 @@ def simulate_states(
     engines, where they differ from the others (default ``profile``)."""
     clock = Clock()
     cpu = SharedCores(clock, topology.cores)
-    frontend = FrontEndServer(clock, topology.frontend, cpu)
-    stream = Streams(clock, frontend)
+    frontend = FrontEnd(clock, topology.frontend, cpu)
     decoders = [
-        DecodeReplica(clock, profile, topology, cpu, stream)
+        DecodeReplica(clock, profile, topology, cpu, frontend)
         for _ in range(topology.decode_replicas)
     ]
 
@@ -282,7 +320,6 @@ def simulate_states(
         for _ in range(topology.prefill_replicas)
     ]
     states = [RequestState(r, r.prompt_tokens) for r in requests]
-    cost = topology.frontend
 
     def route(state: RequestState) -> None:
         if state.remote:
@@ -293,8 +330,7 @@ def simulate_states(
     def arrive(state: RequestState) -> None:
         long = state.request.prompt_tokens >= topology.local_prefill_below_tokens
         state.remote = bool(prefillers) and long
-        work = 0.0 if cost is None else cost.request_s + cost.remote_request_s * state.remote
-        frontend.visit(work, lambda: route(state))
+        frontend.arrive(state.remote, lambda: route(state))
 
     for state in states:
         clock.at(state.request.arrival, lambda s=state: arrive(s))  # type: ignore[misc]

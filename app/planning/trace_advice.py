@@ -69,6 +69,7 @@ def layouts(
         "max_num_seqs": max_num_seqs,
         "frontend": frontend,
         "cores": cores,
+        "first_token_on_prefill": True,
     }
     return [
         Layout("colocated", Topology(0, 1, **shared)),
@@ -98,7 +99,10 @@ def simulated_streams(
     for state in states:
         overhead = profile.overhead_s + (profile.disaggregated_overhead_s if state.remote else 0.0)
         start = state.request.arrival - overhead
-        streams.append(([t - start for t in state.token_times], state.request.output_tokens))
+        # What a client sees: each token when its chunk is through the front end (where
+        # it is modelled), else as the engine made it.
+        times = state.delivered if layout.topology.frontend else state.token_times
+        streams.append(([t - start for t in times], state.request.output_tokens))
     return streams
 
 

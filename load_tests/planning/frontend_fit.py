@@ -21,7 +21,9 @@ content chunks the clients saw and the steps the engines took (vLLM's
 
 Then solves CPU = requests x ``request_s`` + remote x ``remote_request_s`` + chunks x
 ``chunk_s`` + steps x ``step_s`` by least squares
-(:class:`app.planning.frontend.FrontEndCost`) and prints JSON with the run conditions and
+(:class:`app.planning.frontend.FrontEndCost`), and the same for the engines' replicas'
+CPU alone (their share: ``replica_request_s`` ...; the simulator runs each replica as a
+process of its own beside the ingress), and prints JSON with the run conditions and
 each workload's figures and residual. With ``--rounds N`` the five workloads run N times
 (new prompts each round) and are fitted together; each round's own fit is reported
 beside it (``by_round``): on a shared 2-vCPU machine two single-round fits 20 minutes
@@ -117,11 +119,16 @@ async def workload(
     }
 
 
-def fit(rows: list[dict[str, Any]]) -> tuple[np.ndarray, list[float]]:
-    """(request_s, remote_request_s, chunk_s, step_s) by least squares, and each row's
-    residual."""
+REPLICAS = ("Prefill replica", "Decode replica")
+
+
+def fit(
+    rows: list[dict[str, Any]], groups: tuple[str, ...] = FRONT_END
+) -> tuple[np.ndarray, list[float]]:
+    """(request_s, remote_request_s, chunk_s, step_s) of the CPU of ``groups`` together
+    (default: the whole front end) by least squares, and each row's residual."""
     a = np.array([[r["requests"], r["remote"], r["chunks"], r["steps"]] for r in rows], dtype=float)
-    b = np.array([r["cpu_s_total"] for r in rows])
+    b = np.array([sum(r["cpu_s"][g] for g in groups) for r in rows])
     costs, *_ = np.linalg.lstsq(a, b, rcond=None)
     costs = np.clip(costs, 0.0, None)
     return costs, [float(x) for x in b - a @ costs]
@@ -136,9 +143,13 @@ def fit_client(rows: list[dict[str, Any]]) -> np.ndarray:
     return clipped
 
 
-def named(costs: np.ndarray, client: np.ndarray) -> dict[str, float]:
-    """The fitted costs under the names :meth:`FrontEndCost.from_fit` reads."""
-    return {
+def named(
+    costs: np.ndarray, client: np.ndarray, replica: np.ndarray | None = None
+) -> dict[str, float]:
+    """The fitted costs under the names :meth:`FrontEndCost.from_fit` reads; ``replica``:
+    the engines' replicas' own share of the request, remote and chunk costs (each at
+    most the whole; the step's cost is theirs in the model)."""
+    found = {
         "request_s": round(float(costs[0]), 6),
         "remote_request_s": round(float(costs[1]), 6),
         "chunk_s": round(float(costs[2]), 6),
@@ -146,6 +157,10 @@ def named(costs: np.ndarray, client: np.ndarray) -> dict[str, float]:
         "client_request_s": round(float(client[0]), 6),
         "client_chunk_s": round(float(client[1]), 6),
     }
+    if replica is not None:
+        for n, name in enumerate(("request_s", "remote_request_s", "chunk_s")):
+            found[f"replica_{name}"] = round(min(float(replica[n]), found[name]), 6)
+    return found
 
 
 def by_round(rows: list[dict[str, Any]]) -> list[dict[str, float]]:
@@ -154,7 +169,7 @@ def by_round(rows: list[dict[str, Any]]) -> list[dict[str, float]]:
     fits = []
     for number in rounds:
         own = [r for r in rows if r["round"] == number]
-        fits.append(named(fit(own)[0], fit_client(own)))
+        fits.append(named(fit(own)[0], fit_client(own), fit(own, REPLICAS)[0]))
     return fits
 
 
@@ -191,7 +206,7 @@ def main() -> None:
         "workloads": [
             {**r, "residual_s": round(e, 3)} for r, e in zip(rows, residuals, strict=True)
         ],
-        **named(costs, fit_client(rows)),
+        **named(costs, fit_client(rows), fit(rows, REPLICAS)[0]),
     }
     if args.rounds > 1:
         result["by_round"] = by_round(rows)

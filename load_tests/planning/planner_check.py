@@ -75,8 +75,9 @@ def overheads(
     remote = rows["splitserve disaggregated, every prompt remote"]["c1"]["ttft_ms"]["p50"] / 1000
     # A lone request's first token: one step (its prefill) and one chunk; a remote one
     # adds the prefill hop and the prefill engine's step.
-    cpu = cost.request_s + cost.step_s + cost.chunk_s if cost else 0.0
-    remote_cpu = cost.remote_request_s + cost.step_s if cost else 0.0
+    total = cost.total() if cost else None
+    cpu = total.request_s + total.step_s + total.chunk_s if total else 0.0
+    remote_cpu = total.remote_request_s + total.step_s if total else 0.0
     base = max(colocated - engine_ttft - cpu, 0.0)
     # A remote prefill adds the decode engine's first step and the hops to both pools.
     extra = max(remote - engine_ttft - cpu - base - profile.decode_step_s(1) - remote_cpu, 0.0)

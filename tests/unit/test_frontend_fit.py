@@ -9,14 +9,26 @@ from load_tests.planning.frontend_fit import fit, fit_client
 COSTS = (0.004, 0.006, 0.0005, 0.0007)  # request, remote, chunk, step
 
 
-def _row(requests, remote, chunks, steps, costs=COSTS, noise=0.0):
+REPLICA_COSTS = (0.001, 0.002, 0.0002, 0.0007)  # the engines' replicas' share of COSTS
+
+
+def _row(requests, remote, chunks, steps, costs=COSTS, noise=0.0, replica=REPLICA_COSTS):
     counts = (requests, remote, chunks, steps)
     cpu = sum(n * c for n, c in zip(counts, costs, strict=True)) + noise
+    # The replicas' share, split between the two pools as the work goes.
+    prefill = remote * replica[1]
+    decode = requests * replica[0] + chunks * replica[2] + steps * replica[3]
     return {
         "requests": requests,
         "remote": remote,
         "chunks": chunks,
         "steps": steps,
+        "cpu_s": {
+            "Serve proxy": 0.01 * requests * costs[0],
+            "Ingress replica": cpu - prefill - decode - 0.01 * requests * costs[0],
+            "Prefill replica": prefill,
+            "Decode replica": decode,
+        },
         "cpu_s_total": cpu,
     }
 
@@ -38,6 +50,22 @@ def test_the_four_costs_are_recovered_and_the_fifth_workload_checks_them():
     # A workload the four costs do not explain shows in the residuals.
     costs, residuals = fit([*ROWS[:4], _row(200, 0, 2300, 1900, noise=0.8)])
     assert max(abs(r) for r in residuals) > 0.1
+
+
+def test_the_replicas_share_is_fitted_apart_and_never_exceeds_the_whole():
+    from load_tests.planning.frontend_fit import REPLICAS, named
+
+    replica, _ = fit(ROWS, REPLICAS)
+    assert replica == pytest.approx(REPLICA_COSTS)
+    found = named(fit(ROWS)[0], fit_client([{**r, "client_cpu_s": 0.0} for r in ROWS]), replica)
+    assert found["replica_chunk_s"] == pytest.approx(REPLICA_COSTS[2])
+    cost = FrontEndCost(**found)
+    assert cost.ingress.chunk_s == pytest.approx(COSTS[2] - REPLICA_COSTS[2])
+    assert cost.replica.step_s == pytest.approx(COSTS[3])  # the step is the replica's
+    # A replica share fitted above the whole (noise) is cut to the whole.
+    assert named(fit(ROWS)[0], [0.0, 0.0], [0.01, 0.0, 0.0, 0.0])["replica_request_s"] == (
+        pytest.approx(COSTS[0])
+    )
 
 
 def test_a_per_step_cost_is_not_taken_for_a_per_chunk_one():
@@ -64,11 +92,10 @@ def test_the_load_generators_costs_are_fitted_and_added_only_on_request():
     ]
     assert fit_client(rows) == pytest.approx([0.002, 0.0003])
     cost = FrontEndCost(0.004, 0.006, 0.0005, client_request_s=0.002, client_chunk_s=0.0003)
+    assert cost.client.costs == (0.0, 0.0, 0.0, 0.0)  # a user's clients run elsewhere
     both = cost.with_client()
-    assert (both.request_s, both.remote_request_s, both.chunk_s) == pytest.approx(
-        (0.006, 0.006, 0.0008)
-    )
-    assert (both.client_request_s, both.client_chunk_s) == (0.0, 0.0)
+    assert both.client.costs == pytest.approx((0.002, 0.0, 0.0003, 0.0))
+    assert both.total().costs == pytest.approx((0.006, 0.006, 0.0008, 0.0))
     with pytest.raises(ValueError):
         FrontEndCost(0.0, 0.0, 0.0, client_chunk_s=-1.0)
 

@@ -169,6 +169,76 @@ def test_each_engine_step_takes_the_front_ends_time():
     assert remote.ttft == pytest.approx(S + step + 0.002 + 0.001)
 
 
+def test_each_process_of_the_serving_path_is_a_server_of_its_own():
+    """A request passes the client, the ingress and its engine's replica on the way in;
+    a chunk goes the other way, from the replica through the ingress to the client."""
+    cost = FrontEndCost(
+        request_s=0.003,
+        remote_request_s=0.0,
+        chunk_s=0.003,
+        messages_per_s=0,
+        replica_request_s=0.001,
+        replica_chunk_s=0.001,
+        client_request_s=0.0005,
+        client_chunk_s=0.0002,
+    )
+    assert cost.ingress.costs == pytest.approx((0.002, 0.0, 0.002, 0.0))
+    assert cost.replica.costs == pytest.approx((0.001, 0.0, 0.001, 0.0))
+    (served,) = simulate([SimRequest(0.0, 100, 1)], flat(), Topology(0, 1, frontend=cost))
+    assert served.ttft == pytest.approx(0.002 + 0.001 + S + 0.001 + 0.002)  # no client here
+    on_host = cost.with_client()
+    (measured,) = simulate([SimRequest(0.0, 100, 1)], flat(), Topology(0, 1, frontend=on_host))
+    assert measured.ttft == pytest.approx(served.ttft + 0.0005 + 0.0002)
+    with pytest.raises(ValueError):
+        FrontEndCost(0.001, 0.0, 0.0, replica_request_s=0.002)
+
+
+def test_two_replicas_process_their_steps_side_by_side():
+    """Each engine's replica processes its own steps: two engines' first tokens do not
+    queue behind one another's output processing (one process for both would)."""
+    cost = FrontEndCost(0.0, 0.0, 0.0, messages_per_s=0, step_s=0.005)
+    both = simulate(
+        [SimRequest(0.0, 100, 1), SimRequest(0.0, 100, 1)], flat(), Topology(0, 2, frontend=cost)
+    )
+    assert [o.ttft for o in both] == pytest.approx([S + 0.005, S + 0.005])
+
+
+def test_the_first_token_comes_from_the_prefill_engine():
+    """With ``first_token_on_prefill`` a remote request's first token is out when its
+    prefill ends; decode's first step repeats it (dropped), its second makes token 2."""
+    from app.planning.simulator import simulate_states
+
+    step = 0.004
+    request = [SimRequest(0.0, 100, 5)]
+    (plain,) = simulate_states(request, flat(step_s=step), Topology(1, 1))
+    (early,) = simulate_states(
+        request, flat(step_s=step), Topology(1, 1, first_token_on_prefill=True)
+    )
+    assert plain.token_times == pytest.approx([S + step * k for k in range(1, 6)])
+    assert early.token_times == pytest.approx([S] + [S + step * k for k in range(2, 6)])
+    assert early.first_token == pytest.approx(S)
+    # A one-token answer never reaches decode.
+    (one,) = simulate_states(
+        [SimRequest(0.0, 100, 1)], flat(step_s=step), Topology(1, 1, first_token_on_prefill=True)
+    )
+    assert one.token_times == pytest.approx([S]) and one.finished == pytest.approx(S)
+
+
+def test_a_client_gets_each_token_when_its_chunk_is_through():
+    """Tokens batched into chunks (one every 10 ms here) reach the client together, each
+    after the engine made it."""
+    from app.planning.simulator import simulate_states
+
+    cost = FrontEndCost(0.0, 0.0, chunk_s=0.001, messages_per_s=100, max_interval_s=0.05)
+    (state,) = simulate_states(
+        [SimRequest(0.0, 100, 20)], flat(step_s=0.002), Topology(0, 1, frontend=cost)
+    )
+    assert len(state.delivered) == len(state.token_times) == 20
+    assert all(d >= t for d, t in zip(state.delivered, state.token_times, strict=True))
+    assert state.delivered == sorted(state.delivered)
+    assert len(set(state.delivered)) < 10  # a chunk carries several tokens
+
+
 def test_on_shared_cores_the_front_end_slows_the_engines():
     """Colocated, one engine, one core: while the front end works, each gets half."""
     cost = FrontEndCost(request_s=0.0, remote_request_s=0.0, chunk_s=0.002, messages_per_s=0)

@@ -130,9 +130,9 @@ def test_calibration_adds_the_serving_path_time_a_light_load_measured():
     colocated, remote = two[0], two[2]
     found = {a.name: a for a in calibrated(two, {"remote": 0.3}, requests, engine)}
     assert found["colocated"] == colocated
-    # alone on its engines, each prompt's first token comes 0.1 s (its prefill) plus a
-    # decode step after it arrives
-    assert found["remote"].overhead_s == pytest.approx(0.3 - 0.105, abs=0.002)
+    # alone on its engines, each prompt's first token comes 0.1 s (its prefill) after it
+    # arrives: the prefill engine samples it (``first_token_on_prefill``, as splitserve)
+    assert found["remote"].overhead_s == pytest.approx(0.3 - 0.1, abs=0.002)
     firsts = sorted(t[0] for t, _ in simulated_streams(requests, engine, found["remote"]))
     assert firsts[len(firsts) // 2] == pytest.approx(0.3, abs=0.002)
     assert remote.overhead_s == 0.0
