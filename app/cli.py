@@ -189,13 +189,21 @@ def cmd_profile(args: argparse.Namespace) -> dict[str, Any]:
 
     config = AppConfig.model_validate(serve_file_args(args.config))
     lengths = tuple(args.prompt_lengths) if args.prompt_lengths else PROMPT_LENGTHS
-    profile = measure(config, prompt_lengths=lengths, repeats=args.repeats, steps=args.steps)
+    profile = measure(
+        config,
+        prompt_lengths=lengths,
+        repeats=args.repeats,
+        steps=args.steps,
+        crowded=not args.alone,
+    )
     profile.save(args.out)
     return {
         "written": args.out,
         "prefill": profile.prefill,
         "decode": profile.decode,
         "decode_context_token_s": profile.decode_context_token_s,
+        "crowded_prefill": profile.crowded_prefill,
+        "crowded_decode": profile.crowded_decode,
     }
 
 
@@ -333,6 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         help="prompt lengths the prefill curve is measured at (default 16 to 1,536 tokens; "
         "give the longest a workload has, as the curve is extended linearly beyond them)",
+    )
+    prof.add_argument(
+        "--alone",
+        action="store_true",
+        help="skip the crowded measurement (a neighbour engine on the cores the engine is "
+        "not bound to, as in a layout of as many engines as cores)",
     )
 
     pl = commands.add_parser("plan", help="best prefill:decode ratio for goodput per engine")

@@ -14,8 +14,9 @@ lengthens every decode step by batch x that cost; take it from TPOT at concurren
 The path's time varies from request to request: ``overhead_spread_s`` is the mean of an
 exponential tail added to each request's overhead (0: a constant), fitted from the
 concurrency-1 TTFT's p50 and p95 (:func:`spread_from_quantiles`).
-``splitserve profile`` measures the curves (:mod:`app.planning.profiler`); the simulator
-reads them from JSON.
+``splitserve profile`` measures the curves (:mod:`app.planning.profiler`), alone and
+beside a neighbour engine (``crowded_prefill``, ``crowded_decode``: the slowdown where
+every core runs an engine); the simulator reads them from JSON.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,12 @@ class EngineProfile:
     disaggregated_overhead_s: float = 0.0  # extra per disaggregated request (hops, pull)
     token_overhead_s: float = 0.0  # serving path per streamed token, added to decode steps
     overhead_spread_s: float = 0.0  # mean of an exponential tail on each request's overhead
+    # How much longer prefill and decode steps take while every other core runs an
+    # engine too (``splitserve profile`` with a neighbour engine): the engine's own
+    # scheduler process, the serving path and the OS then have no core spare, and the
+    # memory bus is shared. 1.0: not measured.
+    crowded_prefill: float = 1.0
+    crowded_decode: float = 1.0
     conditions: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -96,6 +103,19 @@ class EngineProfile:
             return decode + prefill - min(interpolate(self.decode, 1), prefill)
         return decode + prefill
 
+    def crowded(self) -> EngineProfile:
+        """This engine as it runs where every core runs an engine: its curves scaled by
+        the measured factors."""
+        pre, dec = self.crowded_prefill, self.crowded_decode
+        return replace(
+            self,
+            prefill=[(x, y * pre) for x, y in self.prefill],
+            decode=[(x, y * dec) for x, y in self.decode],
+            decode_context_token_s=self.decode_context_token_s * dec,
+            crowded_prefill=1.0,
+            crowded_decode=1.0,
+        )
+
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(asdict(self), indent=2))
@@ -112,5 +132,7 @@ class EngineProfile:
             disaggregated_overhead_s=float(data.get("disaggregated_overhead_s", 0.0)),
             token_overhead_s=float(data.get("token_overhead_s", 0.0)),
             overhead_spread_s=float(data.get("overhead_spread_s", 0.0)),
+            crowded_prefill=float(data.get("crowded_prefill", 1.0)),
+            crowded_decode=float(data.get("crowded_decode", 1.0)),
             conditions=dict(data.get("conditions", {})),
         )

@@ -7,7 +7,12 @@ with prefix caching off so every prompt is really prefilled, then measures:
   token and once to ``steps`` tokens; step time = (difference) / (steps - 1);
 - what context costs a decode step: the same at ``long_context`` tokens for the
   ``long_batches``, and the cost per token of context beyond ``decode_context``, fitted
-  through those points (least squares through the short-context curve).
+  through those points (least squares through the short-context curve);
+- crowded: where the host has cores the engine is not bound to, a neighbour engine
+  (:mod:`app.planning.neighbour`) runs on them, busy, while prefill at
+  ``CROWDED_LENGTHS`` and decode at ``CROWDED_BATCHES`` are measured again: each
+  factor is the median ratio to the same point alone (``crowded_prefill``,
+  ``crowded_decode``; 1.0 where no core is left for a neighbour).
 Writes an :class:`~app.planning.engine_profile.EngineProfile` as JSON.
 """
 
@@ -24,11 +29,14 @@ from app.config import AppConfig
 from app.host import cpu_model
 from app.model.source import resolve_model
 from app.planning.engine_profile import EngineProfile
+from app.planning.neighbour import Neighbour, other_cores
 
 PROMPT_LENGTHS = (16, 64, 128, 256, 512, 1024, 1536)
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 LONG_CONTEXT = 2048
 LONG_BATCHES = (4, 16)
+CROWDED_LENGTHS = (512, 1024)
+CROWDED_BATCHES = (4, 16)
 
 
 def context_token_cost(
@@ -55,6 +63,7 @@ def measure(
     steps: int = 32,
     repeats: int = 3,
     seed: int = 0,
+    crowded: bool = True,
 ) -> EngineProfile:
     from vllm import LLM, SamplingParams
 
@@ -104,6 +113,27 @@ def measure(
 
     decode = [(float(batch), step_s(batch, decode_context)) for batch in batch_sizes]
     long = [(float(batch), step_s(batch, long_context)) for batch in long_batches]
+    neighbour_cores = other_cores(pool.cpu_binding, os.cpu_count() or 1) if crowded else None
+    factors = {"prefill": 1.0, "decode": 1.0}
+    if neighbour_cores is not None:
+        alone_prefill = dict(prefill)
+        alone_decode = dict(decode)
+        with Neighbour(resolve_model(model.source), neighbour_cores, model.kv_cache_gib):
+            prefill_ratios = [
+                statistics.median(timed(prompts(1, n), 1) for _ in range(repeats))
+                / alone_prefill[float(n)]
+                for n in CROWDED_LENGTHS
+                if float(n) in alone_prefill
+            ]
+            decode_ratios = [
+                step_s(b, decode_context) / alone_decode[float(b)]
+                for b in CROWDED_BATCHES
+                if float(b) in alone_decode
+            ]
+        if prefill_ratios:
+            factors["prefill"] = max(statistics.median(prefill_ratios), 1.0)
+        if decode_ratios:
+            factors["decode"] = max(statistics.median(decode_ratios), 1.0)
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -115,7 +145,14 @@ def measure(
         decode=decode,
         decode_context=decode_context,
         decode_context_token_s=context_token_cost(decode, long, long_context - decode_context),
+        crowded_prefill=round(factors["prefill"], 4),
+        crowded_decode=round(factors["decode"], 4),
         conditions={
+            "crowded_by": (
+                f"a neighbour engine on cores {neighbour_cores}"
+                if neighbour_cores is not None
+                else "not measured (no core left for a neighbour)"
+            ),
             "decode_at_long_context": {"context": long_context, "steps": long},
             "model": model.source,
             "cpu_binding": pool.cpu_binding,

@@ -37,8 +37,9 @@ streamed from the prefill replica as it ends, and decode's first step repeats it
 ``Topology.cores`` (> 0) the engines and that server share so many cores: while more
 steps and jobs run than there are cores, each advances at cores / running of real time,
 re-divided whenever one starts or ends (processor sharing, as Linux's fair scheduler
-does). ``cores`` = 0: each engine has a core of its own and the front end runs beside
-them.
+does); where the engines fill every core, each runs at the profile's crowded speed
+(:meth:`EngineProfile.crowded`). ``cores`` = 0: each engine has a core of its own and the
+front end runs beside them.
 """
 
 from __future__ import annotations
@@ -79,6 +80,12 @@ class Topology:
     @property
     def accelerators(self) -> int:
         return self.prefill_replicas + self.decode_replicas
+
+    @property
+    def crowded(self) -> bool:
+        """Every core of the host runs an engine: each engine runs as the profile's
+        crowded measurement found (:meth:`EngineProfile.crowded`)."""
+        return 0 < self.cores <= self.accelerators
 
     @property
     def name(self) -> str:
@@ -296,6 +303,9 @@ def simulate_states(
     """Every request's state at the end (its first token, its end, each token's time as
     its engine made it), in the order given. ``prefill_profile``: the prefill pool's
     engines, where they differ from the others (default ``profile``)."""
+    if topology.crowded:
+        profile = profile.crowded()
+        prefill_profile = prefill_profile.crowded() if prefill_profile else None
     clock = Clock()
     cpu = SharedCores(clock, topology.cores)
     frontend = FrontEnd(clock, topology.frontend, cpu)
