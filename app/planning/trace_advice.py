@@ -14,10 +14,13 @@ The layouts are those a two-engine host can run: one colocated engine, two coloc
 engines, one prefill and one decode engine with every prompt remote, and the same with
 prompts under ``local_prefill_below_tokens`` prefilled on decode (splitserve's default).
 
-What the model cannot see (each said in the advice's ``blind_to``): the serving path's
-CPU beside the engines, decode steps that grow with context (where the profile has no
-``decode_context_token_s``: one written before ``splitserve profile`` measured it), the
-prefix cache, preemption, and the KV transfer's time.
+The serving path runs as processes of their own on the host's cores (the ingress, each
+engine's replica, the replay client; :mod:`app.planning.frontend`), a remote prefill's
+first token comes from the prefill engine (as splitserve streams it), and engines that
+fill every core run at the profile's crowded speed. What the model cannot see (each said
+in the advice's ``blind_to``): the serving path's CPU where no front-end cost is given,
+decode steps that grow with context and crowded engines (where the profile did not
+measure them), the prefix cache, preemption, and the KV transfer's time.
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ from app.replay.trace import TraceRequest
 CONTEXT_BLIND = (
     "decode steps that lengthen with the context (the profile's decode curve is at one "
     "context; `splitserve profile` now measures what context adds)"
+)
+CROWDED_BLIND = (
+    "engines slowed where they fill every core (the profile has no crowded measurement: "
+    "`splitserve profile` without --alone, on a host with a core to spare, takes it)"
 )
 BLIND_TO = (
     "the serving path's CPU where no --frontend cost is given (on a host without spare "
@@ -127,6 +134,8 @@ def advise_trace(
     each rate, and each profile's advised winner. ``requests_at(rate)``: the requests a
     pass at that rate scale sends (arrivals already sped up)."""
     blind = list(BLIND_TO) + ([] if profile.decode_context_token_s else [CONTEXT_BLIND])
+    if (profile.crowded_prefill, profile.crowded_decode) == (1.0, 1.0):
+        blind.append(CROWDED_BLIND)
     found: dict[str, Any] = {"layouts": {}, "advised_winner": {}, "blind_to": blind}
     for layout in candidates:
         curves: dict[str, list[dict[str, float]]] = {p.name: [] for p in slo_profiles}

@@ -119,6 +119,10 @@ def test_the_advisor_names_the_layout_whose_engines_do_not_stall_streams():
     engine.decode_context_token_s = 1e-8
     sees_context = advise_trace(requests_at, engine, profiles[:1], layouts(512), 4, 2, 4)
     assert not any("context" in blind for blind in sees_context["blind_to"])
+    assert any("crowded" in blind for blind in sees_context["blind_to"])
+    engine.crowded_prefill = 1.2
+    crowded = advise_trace(requests_at, engine, profiles[:1], layouts(512), 4, 2, 4)
+    assert not any("crowded" in blind for blind in crowded["blind_to"])
 
 
 def test_calibration_adds_the_serving_path_time_a_light_load_measured():
