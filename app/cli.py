@@ -26,9 +26,8 @@ from app.planning import assumptions
 from app.planning.checks import Workload, advise
 from app.planning.goodput import add_slo_options, slo_from_options
 from app.planning.kv_size import KVShape, shape_from_model, transfer_seconds, wire_seconds
+from app.planning.mix import DEFAULT_MIX, mix_lengths, parse_mix
 from app.replay.command import add_replay_parser, run_replay
-
-DEFAULT_MIX = "128:128:0.8,1536:8:0.2"
 
 
 def _shape(args: argparse.Namespace) -> KVShape:
@@ -37,30 +36,6 @@ def _shape(args: argparse.Namespace) -> KVShape:
 
 def _kv_bytes_per_token(args: argparse.Namespace) -> int:
     return _shape(args).bytes_per_token(args.tensor_parallel, args.kv_dtype)
-
-
-def parse_mix(text: str) -> list[tuple[int, int, float]]:
-    """``"128:128:0.8,1536:8:0.2"`` -> [(prompt, output, share), ...]; shares sum to 1."""
-    mix = []
-    for part in text.split(","):
-        try:
-            prompt, output, share = part.split(":")
-            mix.append((int(prompt), int(output), float(share)))
-        except ValueError:
-            raise ValueError(f"bad mix entry {part!r}; want prompt:output:share") from None
-    total = sum(share for _, _, share in mix)
-    if not mix or abs(total - 1) > 1e-6 or any(p <= 0 or o <= 0 for p, o, _ in mix):
-        raise ValueError(f"mix {text!r}: lengths must be positive and shares sum to 1")
-    return mix
-
-
-def mix_lengths(mix: list[tuple[int, int, float]], count: int, seed: int) -> list[tuple[int, int]]:
-    import random
-
-    rng = random.Random(seed)
-    weights = [share for _, _, share in mix]
-    chosen = rng.choices(mix, weights=weights, k=count)
-    return [(prompt, output) for prompt, output, _ in chosen]
 
 
 def _read_json(path: str) -> Any:

@@ -33,10 +33,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.cli import DEFAULT_MIX, mix_lengths, parse_mix
 from app.planning.engine_profile import EngineProfile, interpolate, spread_from_quantiles
 from app.planning.frontend import FrontEndCost
 from app.planning.goodput import SLO, misses, requests_at
+from app.planning.mix import DEFAULT_MIX, mix_lengths, parse_mix
 from app.planning.planner import goodput
 from app.planning.simulator import Topology, poisson_arrivals, simulate
 

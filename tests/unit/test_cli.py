@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from app.cli import main, parse_mix
+from app.cli import main
 from app.planning.engine_profile import EngineProfile
+from app.planning.mix import parse_mix
 from tests.unit.model_configs import LLAMA_70B
 
 
