@@ -37,8 +37,6 @@ measured winner.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import itertools
 import json
 import math
 import os
@@ -47,7 +45,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
@@ -58,10 +55,9 @@ from app.config import AdmissionConfig, AppConfig, serve_file_args
 from app.planning.engine_profile import EngineProfile
 from app.planning.frontend import FrontEndCost
 from app.planning.trace_advice import advise_trace, calibrated, layouts, what_if
-from app.replay.client import Answer, replay
 from app.replay.profiles import SloProfile, scaled_profiles, speed_factors
-from app.replay.report import outcome, percentiles_ms, refusal
 from app.replay.trace import BUILTIN, TraceRequest, Window, read_trace, windowed
+from load_tests.client.trace_pass import brief, one_pass
 from load_tests.reports.trace_report import (
     failed_below_goodput,
     goodput_by_profile,
@@ -120,49 +116,6 @@ def profile_engine(path: Path, repeats: int) -> EngineProfile:
     return EngineProfile.load(path)
 
 
-def token_gaps(times: list[float]) -> list[float]:
-    """Gaps between the distinct times tokens arrived (one SSE event may carry several)."""
-    distinct = sorted(set(times))
-    return [b - a for a, b in itertools.pairwise(distinct)]
-
-
-def _thinned(values: list[float], most: int = 2000) -> list[float]:
-    ordered = sorted(values)
-    step = max(1, len(ordered) // most)
-    return [round(v * 1000, 2) for v in ordered[::step]]
-
-
-def one_pass(
-    url: str, requests: list[TraceRequest], seed: int, profiles: list[SloProfile], label: str
-) -> dict[str, Any]:
-    """Replay ``requests`` once; the pass's counts, latencies and each profile's measures."""
-    answers: list[Answer] = asyncio.run(replay(url, "tiny-llama", requests, seed, progress=label))
-    streams = [(a.token_times_s if a.answered else [], a.output_tokens) for a in answers]
-    answered = [a for a in answers if a.answered]
-    gaps = [g for a in answered for g in token_gaps(a.token_times_s)]
-    ttfts = [a.ttft_s for a in answered if a.ttft_s is not None]
-    measures = {}
-    for profile in profiles:
-        found = profile.measures(streams)
-        measures[profile.name] = {**found, "margin": round(profile.margin(found), 4)}
-    return {
-        "prompt_seed": seed,
-        "sent": sum(a.sent for a in answers),
-        "answered": len(answered),
-        "failed": len(answers) - len(answered),
-        "statuses": dict(Counter(outcome(a) for a in answers if not a.answered)),
-        "refusals": dict(Counter(refusal(a.error) for a in answers if a.status == 503)),
-        "paths": dict(Counter(a.path or "unknown" for a in answered)),
-        "ttft_ms": percentiles_ms(ttfts),
-        "tpot_ms": percentiles_ms([t for a in answered if (t := a.tpot_s) is not None]),
-        "token_gap_ms": percentiles_ms(gaps),
-        "send_lag_ms": percentiles_ms([a.send_lag_s for a in answers]),
-        "profiles": measures,
-        "ttft_samples_ms": _thinned(ttfts),
-        "gap_samples_ms": _thinned(gaps),
-    }
-
-
 def run_system(
     name: str,
     start: Callable[[], AbstractContextManager[str]],
@@ -192,19 +145,6 @@ def run_system(
     row["goodput_scale"] = goodput_by_profile(row["passes"], profiles, args.repeats)
     row["wall_s"] = round(time.perf_counter() - started, 1)
     return row
-
-
-def brief(result: dict[str, Any]) -> str:
-    measures = "; ".join(
-        f"{name} {', '.join(f'{k} {v}' for k, v in m.items() if k != 'margin')}"
-        for name, m in result["profiles"].items()
-    )
-    return (
-        f"sent {result['sent']}, answered {result['answered']}, failed {result['failed']} "
-        f"{result['statuses'] or ''}; TTFT p50/p99 {result['ttft_ms']['p50']}/"
-        f"{result['ttft_ms']['p99']} ms, token gap p99 {result['token_gap_ms']['p99']} ms; "
-        f"{measures}"
-    )
 
 
 @contextmanager
