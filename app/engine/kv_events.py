@@ -19,10 +19,10 @@ import asyncio
 import contextlib
 import logging
 import shutil
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from app.private_dir import private_dir
 from app.routing.engine_blocks import EngineBlocks
 
 logger = logging.getLogger("splitserve.kv_events")
@@ -42,7 +42,7 @@ class EventSockets:
 
     @classmethod
     def make(cls) -> EventSockets:
-        directory = tempfile.mkdtemp(prefix="splitserve-kv-events-")  # mode 0700
+        directory = private_dir("kv-events")  # mode 0700
         return cls(directory, f"ipc://{directory}/events", f"ipc://{directory}/replay")
 
     def engine_config(self) -> Any:

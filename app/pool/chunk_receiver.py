@@ -27,11 +27,11 @@ import itertools
 import logging
 import pickle
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from app.pool.records import DirectEnd, StreamTo
+from app.private_dir import private_dir
 
 logger = logging.getLogger("splitserve.chunk_receiver")
 
@@ -52,7 +52,7 @@ class ChunkReceiver:
 
     def __init__(self, node_id: str) -> None:
         self.node_id = node_id
-        self.directory = tempfile.mkdtemp(prefix="splitserve-streams-")  # mode 0700
+        self.directory = private_dir("streams")  # mode 0700
         self.path = f"{self.directory}/chunks"
         self.received = 0  # chunks read from the socket
         self.undeliverable = 0  # of them, for a stream that had already ended
