@@ -12,7 +12,8 @@ The first decode step makes the first token.
 
 With ``local_prefill_below_tokens``, shorter prompts skip the prefill pool and are
 prefilled on a decode replica as in colocated mode (splitserve's conditional
-disaggregation).
+disaggregation); with ``max_prefill_backlog``, so is every prompt that arrives while that
+many prefills are in flight (its router's backlog rule).
 
 Colocated (``prefill_replicas == 0``): each replica mixes both in one step, as vLLM's
 chunked prefill does: running requests decode one token each, and waiting prompts fill
@@ -70,6 +71,9 @@ class Topology:
     # (splitserve's ``router.first_token_on_prefill``); decode's first step repeats it
     # (dropped) and its second makes the answer's second token.
     first_token_on_prefill: bool = False
+    # Prefills in flight beyond which a long prompt is prefilled on decode instead
+    # (splitserve's ``router.max_prefill_backlog``, one ingress); 0: no limit.
+    max_prefill_backlog: int = 0
 
     def __post_init__(self) -> None:
         if self.prefill_replicas < 0 or self.decode_replicas < 1:
@@ -262,10 +266,10 @@ class PrefillReplica:
                 state.tokens_out = 1
                 state.token_times.append(self.clock.now)
                 if state.request.output_tokens <= 1:
-                    self.stream.chunk(state, first=True, last=True)
-                    continue  # the whole answer: nothing for decode to do
-                state.first_sent = True
-                self.stream.chunk(state, first=True)
+                    self.stream.chunk(state, first=True, last=True)  # the whole answer
+                else:
+                    state.first_sent = True
+                    self.stream.chunk(state, first=True)
             self.done(state)
         self._start()
 
@@ -317,13 +321,20 @@ def simulate_states(
     def to_decode(state: RequestState) -> None:
         min(decoders, key=lambda d: d.load).add(state)
 
+    in_flight = [0]  # prefills sent to the prefill pool and not yet through
+
+    def prefilled(state: RequestState) -> None:
+        in_flight[0] -= 1
+        if state.tokens_out < state.request.output_tokens:  # else its one token was all
+            link.send(state, to_decode)
+
     link = Link(clock, topology)
     prefillers = [
         PrefillReplica(
             clock,
             prefill_profile or profile,
             topology,
-            lambda s: link.send(s, to_decode),
+            prefilled,
             cpu,
             frontend,
         )
@@ -339,7 +350,9 @@ def simulate_states(
 
     def arrive(state: RequestState) -> None:
         long = state.request.prompt_tokens >= topology.local_prefill_below_tokens
-        state.remote = bool(prefillers) and long
+        backlog = topology.max_prefill_backlog
+        state.remote = bool(prefillers) and long and not (backlog and in_flight[0] >= backlog)
+        in_flight[0] += state.remote
         frontend.arrive(state.remote, lambda: route(state))
 
     for state in states:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from app.config.routing import RouterConfig
 from app.planning.engine_profile import EngineProfile
 from app.planning.frontend import FrontEndCost
 from app.planning.sim_core import SimRequest
@@ -67,6 +68,7 @@ def layouts(
     max_num_seqs: int = 64,
     frontend: FrontEndCost | None = None,
     cores: int = 0,
+    max_prefill_backlog: int = RouterConfig().max_prefill_backlog,
 ) -> list[Layout]:
     """The layouts a host of two engines can run, named as the trace benchmark names
     the systems that run them. With ``frontend`` and ``cores``, the serving path's CPU
@@ -77,6 +79,7 @@ def layouts(
         "frontend": frontend,
         "cores": cores,
         "first_token_on_prefill": True,
+        "max_prefill_backlog": max_prefill_backlog,
     }
     return [
         Layout("colocated", Topology(0, 1, **shared)),
@@ -205,12 +208,17 @@ def what_if(
     below = local_prefill_below_tokens
     spare: dict[str, Any] = {"frontend": frontend, "cores": 0}
     two = layouts(below, **spare)
+    as_run: dict[str, Any] = {
+        **spare,
+        "first_token_on_prefill": True,
+        "max_prefill_backlog": RouterConfig().max_prefill_backlog,
+    }
     four = [
-        Layout("colocated x4", Topology(0, 4, **spare)),
-        Layout("1P:3D remote", Topology(1, 3, **spare)),
-        Layout("1P:3D default", Topology(1, 3, local_prefill_below_tokens=below, **spare)),
-        Layout("2P:2D remote", Topology(2, 2, **spare)),
-        Layout("2P:2D default", Topology(2, 2, local_prefill_below_tokens=below, **spare)),
+        Layout("colocated x4", Topology(0, 4, **as_run)),
+        Layout("1P:3D remote", Topology(1, 3, **as_run)),
+        Layout("1P:3D default", Topology(1, 3, local_prefill_below_tokens=below, **as_run)),
+        Layout("2P:2D remote", Topology(2, 2, **as_run)),
+        Layout("2P:2D default", Topology(2, 2, local_prefill_below_tokens=below, **as_run)),
     ]
     fast_prefill = [
         Layout(a.name, a.topology, 2.0 if a.topology.prefill_replicas else 1.0) for a in two

@@ -224,6 +224,22 @@ def test_the_first_token_comes_from_the_prefill_engine():
     assert one.token_times == pytest.approx([S]) and one.finished == pytest.approx(S)
 
 
+def test_past_the_prefill_backlog_prompts_are_prefilled_on_decode():
+    """As splitserve's router does: with ``max_prefill_backlog`` prefills in flight, a
+    new long prompt is prefilled on decode; once they are through, remote again."""
+    from app.planning.simulator import simulate_states
+
+    burst = [SimRequest(0.0, 100, 2) for _ in range(4)] + [SimRequest(1.0, 100, 2)]
+    states = simulate_states(burst, flat(), Topology(1, 1, max_prefill_backlog=2))
+    assert [s.remote for s in states] == [True, True, False, False, True]
+    unlimited = simulate_states(burst, flat(), Topology(1, 1))
+    assert all(s.remote for s in unlimited)
+    # A one-token answer ends on prefill (first token from prefill) and frees its place.
+    ones = [SimRequest(0.0, 100, 1), SimRequest(0.5, 100, 1)]
+    topology = Topology(1, 1, max_prefill_backlog=1, first_token_on_prefill=True)
+    assert [s.remote for s in simulate_states(ones, flat(), topology)] == [True, True]
+
+
 def test_a_client_gets_each_token_when_its_chunk_is_through():
     """Tokens batched into chunks (one every 10 ms here) reach the client together, each
     after the engine made it."""
