@@ -143,7 +143,10 @@ def advise_trace(
     for layout in candidates:
         curves: dict[str, list[dict[str, float]]] = {p.name: [] for p in slo_profiles}
         for rate in ladder(lowest, step, highest):
-            streams = simulated_streams(requests_at(rate), profile, layout)
+            requests = requests_at(rate)
+            if not requests:
+                continue  # no request arrives in this pass's window: no evidence either way
+            streams = simulated_streams(requests, profile, layout)
             holding = 0
             for p in slo_profiles:
                 measures = p.measures(streams)

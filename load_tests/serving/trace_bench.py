@@ -130,12 +130,18 @@ def run_system(
     row: dict[str, Any] = {"passes": []}
     with start() as url:
         row["startup_s"] = round(time.perf_counter() - started, 1)
-        warm = one_pass(url, window(rates[0], args.warm_s), 99_999, profiles, f"{name} warm")
+        # The lowest rate whose warm window holds a request (a trace may start quiet).
+        warming = next((w for rate in rates if (w := window(rate, args.warm_s))), [])
+        warm = one_pass(url, warming, 99_999, profiles, f"{name} warm")
         row["warm_pass"] = {k: warm[k] for k in ("sent", "answered", "failed", "ttft_ms")}
         for repeat in range(args.repeats):
             for index, rate in enumerate(rates):
                 seed = args.seed + repeat * 100 + index
-                result = one_pass(url, window(rate, None), seed, profiles, f"{name} x{rate:g}")
+                requests = window(rate, None)
+                if not requests:  # a quiet stretch of the trace: nothing to measure
+                    print(f"{name} x{rate:g}: no request arrives in its window, skipped")
+                    continue
+                result = one_pass(url, requests, seed, profiles, f"{name} x{rate:g}")
                 result.update(rate_scale=rate, repeat=repeat)
                 row["passes"].append(result)
                 margins = {p: m["margin"] for p, m in result["profiles"].items()}

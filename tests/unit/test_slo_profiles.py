@@ -140,3 +140,20 @@ def test_calibration_adds_the_serving_path_time_a_light_load_measured():
     firsts = sorted(t[0] for t, _ in simulated_streams(requests, engine, found["remote"]))
     assert firsts[len(firsts) // 2] == pytest.approx(0.3, abs=0.002)
     assert remote.overhead_s == 0.0
+
+
+def test_a_pass_whose_window_holds_no_request_is_no_evidence():
+    """A quiet stretch of a trace (the coding trace sends nothing for 2 s from 600 s):
+    the lowest rates' passes are empty, and the advisor climbs past them instead of
+    reading the profile as failed at the first rate."""
+    engine = _flat_profile(1e-4, 0.005)
+    requests = [TraceRequest(at_s=2.0 * i, prompt_tokens=100, output_tokens=4) for i in range(20)]
+
+    def requests_at(rate: float) -> list[TraceRequest]:
+        return [] if rate < 1 else requests
+
+    profiles = scaled_profiles(speed_factors(0.05, 0.007))
+    advice = advise_trace(requests_at, engine, profiles, layouts(512)[:1], 0.5, 2.0, 4.0)
+    assert advice["layouts"]["colocated"]["goodput_scale"]["chat"] == 4.0
+    rates = [c["rate_scale"] for c in advice["layouts"]["colocated"]["curves"]["chat"]]
+    assert rates == [1.0, 2.0, 4.0]
