@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import AdmissionConfig, AppConfig, serve_file_args
+from app.config.transport import TransportConfig
 from app.planning.engine_profile import EngineProfile
 from app.planning.frontend import FrontEndCost
 from app.planning.trace_advice import advise_trace, calibrated, layouts, what_if
@@ -81,15 +82,36 @@ def admission_budget(loosest_ttft_s: float) -> float:
     return math.ceil(100 * loosest_ttft_s / share) / 100
 
 
+def transport_timeouts(loosest_ttft_s: float) -> dict[str, float]:
+    """The transport's timeouts, each at least the loosest profile's TTFT (the shipped
+    value where that is longer), and a KV lease that admits a read as late as the
+    transfer may wait: on a slow host a long prompt's prefill can outrun the shipped 10 s,
+    and a prefill given up is redone on decode, work vLLM's server (which gives up on
+    nothing) never does."""
+    shipped = TransportConfig()
+    transfer = max(shipped.transfer_timeout_s, loosest_ttft_s)
+    # A read is refused past kv_lease_s - (kv_lease_s // 6 + 2) s after the prefill.
+    lease = max(shipped.kv_lease_s, math.ceil((transfer + 2) * 6 / 5) + 1)
+    return {
+        "prefill_queue_timeout_s": max(shipped.prefill_queue_timeout_s, loosest_ttft_s),
+        "prefill_timeout_s": max(shipped.prefill_timeout_s, loosest_ttft_s),
+        "transfer_timeout_s": transfer,
+        "kv_lease_s": lease,
+    }
+
+
 def systems(
-    max_model_len: int, ttft_budget_s: float
+    max_model_len: int, ttft_budget_s: float, loosest_ttft_s: float
 ) -> dict[str, tuple[str, Callable[[], AbstractContextManager[str]]]]:
     """Each system: the layout the advisor models it as, and how it is started.
     splitserve's admission gets ``ttft_budget_s`` (so that it refuses no request the
-    loosest profile would still count as met: vLLM's server refuses nothing)."""
+    loosest profile would still count as met: vLLM's server refuses nothing), and its
+    transport timeouts give up no prefill or transfer the loosest profile would wait for
+    (:func:`transport_timeouts`)."""
     model = {
         "model": {"max_model_len": max_model_len},
         "ingress": {"admission": {"ttft_budget_s": ttft_budget_s}},
+        "transport": transport_timeouts(loosest_ttft_s),
     }
     remote = {**model, "router": {"local_prefill_below_tokens": 0}}
     return {
@@ -265,8 +287,9 @@ def main() -> None:
             f"of it in a pass of {args.pass_s:g} s from {args.start_s:g} s, and are left out",
             flush=True,
         )
-    admission_budget_s = admission_budget(max(p.ttft_s for p in profiles))
-    chosen = systems(args.max_model_len, admission_budget_s)
+    loosest_ttft_s = max(p.ttft_s for p in profiles)
+    admission_budget_s = admission_budget(loosest_ttft_s)
+    chosen = systems(args.max_model_len, admission_budget_s, loosest_ttft_s)
     names = args.systems or list(chosen)
     rows: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -318,6 +341,7 @@ def main() -> None:
             "prefill_1k_s": round(prefill_1k_s, 4),
             "advisor_frontend": args.frontend,
             "splitserve_admission_ttft_budget_s": admission_budget_s,
+            "splitserve_transport_timeouts": transport_timeouts(loosest_ttft_s),
             "speed_factors": factors.stated(),
             "profiles": [p.stated() for p in profiles],
             "engine_profile": {

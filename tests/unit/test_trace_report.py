@@ -92,6 +92,27 @@ def test_the_admission_budget_refuses_no_wait_the_loosest_profile_meets():
         assert gate.predicted_limit_s < loosest * 1.01
 
 
+def test_the_transport_gives_up_nothing_the_loosest_profile_waits_for():
+    """On a slow host (loosest TTFT 133 s) no prefill or transfer is given up before it;
+    on a fast one the shipped timeouts stand. The lease admits a read as late as the
+    transfer may wait, and the app's config takes the values."""
+    from app.config import AppConfig
+    from app.config.transport import TransportConfig
+    from load_tests.serving.trace_bench import transport_timeouts
+
+    shipped = TransportConfig()
+    fast = transport_timeouts(5.7)
+    assert fast["prefill_timeout_s"] == shipped.prefill_timeout_s
+    assert fast["transfer_timeout_s"] == shipped.transfer_timeout_s
+    assert fast["kv_lease_s"] >= shipped.kv_lease_s
+    slow = transport_timeouts(133.0)
+    assert slow["prefill_timeout_s"] == slow["prefill_queue_timeout_s"] == 133.0
+    assert slow["transfer_timeout_s"] == 133.0
+    lease = int(slow["kv_lease_s"])
+    assert lease - (lease // 6 + 2) >= slow["transfer_timeout_s"]
+    AppConfig.model_validate({"transport": slow})
+
+
 def test_a_short_trace_starts_at_zero_and_cuts_the_rates_it_cannot_fill():
     from load_tests.serving.trace_bench import start_and_fill, within
 
