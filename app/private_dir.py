@@ -31,14 +31,15 @@ def sweep(kind: str, root: str | None = None) -> list[str]:
             mine = path.is_dir() and path.stat().st_uid == os.getuid()
         except OSError:
             continue  # gone meanwhile
-        if found is None or not mine or _alive(int(found.group(1))):
+        if found is None or not mine or process_alive(int(found.group(1))):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(str(path))
     return removed
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process of this pid runs (another user's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

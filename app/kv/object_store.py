@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from app.private_dir import process_alive
+
 
 def payload_dir() -> Path:
     shm = Path("/dev/shm")
@@ -69,22 +71,12 @@ def sweep_orphans(directory: Path | None = None) -> list[Path]:
     removed = []
     for path in (directory or payload_dir()).glob(f"{PREFIX}*"):
         owner = path.name[len(PREFIX) :].split("-", 1)[0]
-        if owner.isdigit() and _alive(int(owner)):
+        if owner.isdigit() and process_alive(int(owner)):
             continue
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
             removed.append(path)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def remove(path: str) -> None:

@@ -13,7 +13,7 @@ APP = ROOT / "app"
 # (planning and replay answer the same question together: trace advice runs replay's
 # profiles, replay reads planning's SLO).
 LAYERS: list[set[str]] = [
-    {"net", "host", "cpu_affinity", "model", "routing", "scaling"},
+    {"net", "host", "cpu_affinity", "private_dir", "model", "routing", "scaling"},
     {"config"},
     {"observability"},
     {"kv"},
