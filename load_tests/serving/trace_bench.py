@@ -208,7 +208,7 @@ def main() -> None:
     parser.add_argument("--most-rates", type=int, default=10, help="the ladder's longest")
     parser.add_argument(
         "--frontend",
-        default="docs/results/frontend_fit_2026-12-03.json",
+        default="docs/results/frontend_fit_2026-12-03_by_process.json",
         help="the serving path's CPU costs the advisor charges on the engines' cores "
         "(load_tests.planning.frontend_fit's JSON; 'none': free)",
     )
