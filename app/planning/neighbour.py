@@ -6,12 +6,15 @@ scheduler process, the serving path or the OS, and the memory bus shared).
     python -m app.planning.neighbour --model PATH --cores 1
 
 It prints ``ready`` once it has run a batch, then prefills and decodes batches back to
-back until its standard input closes or it gets SIGTERM.
+back until its standard input closes or it gets SIGTERM. It runs in a session of its own,
+and it is stopped as a process group: vLLM's engine core and worker processes go with it
+(a neighbour that only exited itself left them running).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import select
@@ -39,6 +42,7 @@ class Neighbour:
             stdout=subprocess.PIPE,
             text=True,
             env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib)},
+            start_new_session=True,  # its engine's processes share its process group
         )
         assert self.process.stdout is not None
         deadline = time.monotonic() + self.start_s
@@ -62,12 +66,34 @@ class Neighbour:
     ) -> None:
         if self.process is None:
             return
-        self.process.terminate()
+        _signal_group(self.process.pid, signal.SIGTERM)  # the neighbour and its engine
         try:
             self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        deadline = time.monotonic() + 30
+        while _group_alive(self.process.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        _signal_group(self.process.pid, signal.SIGKILL)  # whatever would not stop
+
+
+def _signal_group(group: int, number: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):  # else every member is gone
+        os.killpg(group, number)
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a member of the process group still runs (a zombie no one reaps does not)."""
+    import psutil
+
+    for process in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(process.pid) == group and process.info["status"] != "zombie":
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
 
 
 def other_cores(binding: str | None, cpus: int) -> str | None:
@@ -90,7 +116,8 @@ def main() -> None:
     parser.add_argument("--cores", required=True, help="VLLM_CPU_OMP_THREADS_BIND")
     args = parser.parse_args()
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = args.cores
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    # Stopped as a group (see Neighbour), or on its own: its engine's processes go too.
+    signal.signal(signal.SIGTERM, lambda *_: _stop_group())
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=args.model, max_model_len=2048, enable_prefix_caching=False)
@@ -106,7 +133,14 @@ def main() -> None:
             print(READY, flush=True)
             ready = True
         if select.select([sys.stdin], [], [], 0)[0] and not sys.stdin.readline():
-            os._exit(0)  # the profiler has gone
+            _stop_group()  # the profiler has gone
+
+
+def _stop_group() -> None:
+    """End this neighbour and every process of its group (its engine core and worker)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the group's signal is for the others
+    _signal_group(os.getpgid(0), signal.SIGTERM)
+    os._exit(0)
 
 
 if __name__ == "__main__":
