@@ -9,12 +9,13 @@ from app.planning.sim_core import SimRequest
 from app.planning.simulator import Topology, simulate
 
 
-def _profile(**crowded: float) -> EngineProfile:
+def _profile(crowded_prefill: float = 1.0, crowded_decode: float = 1.0) -> EngineProfile:
     return EngineProfile(
         prefill=[(1, 0.010), (1000, 0.010)],
         decode=[(1, 0.002), (100, 0.002)],
         decode_context_token_s=1e-6,
-        **crowded,
+        crowded_prefill=crowded_prefill,
+        crowded_decode=crowded_decode,
     )
 
 

@@ -1,6 +1,7 @@
 """Fitting the front end's CPU costs from workloads that differ in requests, remote
 prefills, chunks and engine steps."""
 
+import numpy as np
 import pytest
 
 from app.planning.frontend import FrontEndCost
@@ -52,20 +53,22 @@ def test_the_four_costs_are_recovered_and_the_fifth_workload_checks_them():
     assert max(abs(r) for r in residuals) > 0.1
 
 
-def test_the_replicas_share_is_fitted_apart_and_never_exceeds_the_whole():
+def test_the_replicas_share_is_fitted_apart_and_never_exceeds_the_whole(tmp_path):
+    import json
+
     from load_tests.planning.frontend_fit import REPLICAS, named
 
     replica, _ = fit(ROWS, REPLICAS)
     assert replica == pytest.approx(REPLICA_COSTS)
     found = named(fit(ROWS)[0], fit_client([{**r, "client_cpu_s": 0.0} for r in ROWS]), replica)
     assert found["replica_chunk_s"] == pytest.approx(REPLICA_COSTS[2])
-    cost = FrontEndCost(**found)
+    (tmp_path / "fit.json").write_text(json.dumps(found))
+    cost = FrontEndCost.from_fit(tmp_path / "fit.json")
     assert cost.ingress.chunk_s == pytest.approx(COSTS[2] - REPLICA_COSTS[2])
     assert cost.replica.step_s == pytest.approx(COSTS[3])  # the step is the replica's
     # A replica share fitted above the whole (noise) is cut to the whole.
-    assert named(fit(ROWS)[0], [0.0, 0.0], [0.01, 0.0, 0.0, 0.0])["replica_request_s"] == (
-        pytest.approx(COSTS[0])
-    )
+    over = np.array([0.01, 0.0, 0.0, 0.0])
+    assert named(fit(ROWS)[0], np.zeros(2), over)["replica_request_s"] == pytest.approx(COSTS[0])
 
 
 def test_a_per_step_cost_is_not_taken_for_a_per_chunk_one():
