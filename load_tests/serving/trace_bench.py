@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import statistics
@@ -51,8 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.config import AdmissionConfig, AppConfig, serve_file_args
-from app.config.transport import TransportConfig
+from app.config import AppConfig, serve_file_args
 from app.planning.engine_profile import EngineProfile
 from app.planning.frontend import FrontEndCost
 from app.planning.trace_advice import advise_trace, calibrated, layouts, what_if
@@ -67,37 +65,10 @@ from load_tests.reports.trace_report import (
 )
 from load_tests.serving.compare import splitserve
 from load_tests.systems.run_conditions import machine
+from load_tests.systems.trace_systems import admission_budget, transport_timeouts
 from load_tests.systems.vllm_server import vllm_server
 
 PROFILE_LENGTHS = (16, 64, 128, 256, 512, 1024, 1536, 2048, 4096, 8192)
-
-
-def admission_budget(loosest_ttft_s: float) -> float:
-    """The admission budget (``ttft_budget_s``) under which splitserve's admission refuses
-    no request the loosest profile could still meet: each of its wait rules (the oldest
-    wait at ``headroom`` of the budget, the predicted wait at ``predicted_share``) then
-    fires only past that profile's TTFT."""
-    rules = AdmissionConfig()
-    share = min(rules.headroom, rules.predicted_share or rules.headroom)
-    return math.ceil(100 * loosest_ttft_s / share) / 100
-
-
-def transport_timeouts(loosest_ttft_s: float) -> dict[str, float]:
-    """The transport's timeouts, each at least the loosest profile's TTFT (the shipped
-    value where that is longer), and a KV lease that admits a read as late as the
-    transfer may wait: on a slow host a long prompt's prefill can outrun the shipped 10 s,
-    and a prefill given up is redone on decode, work vLLM's server (which gives up on
-    nothing) never does."""
-    shipped = TransportConfig()
-    transfer = max(shipped.transfer_timeout_s, loosest_ttft_s)
-    # A read is refused past kv_lease_s - (kv_lease_s // 6 + 2) s after the prefill.
-    lease = max(shipped.kv_lease_s, math.ceil((transfer + 2) * 6 / 5) + 1)
-    return {
-        "prefill_queue_timeout_s": max(shipped.prefill_queue_timeout_s, loosest_ttft_s),
-        "prefill_timeout_s": max(shipped.prefill_timeout_s, loosest_ttft_s),
-        "transfer_timeout_s": transfer,
-        "kv_lease_s": lease,
-    }
 
 
 def systems(

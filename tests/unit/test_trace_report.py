@@ -77,7 +77,7 @@ def test_the_admission_budget_refuses_no_wait_the_loosest_profile_meets():
     predicted-wait rule at 0.35 of a budget of twice the TTFT fired at 0.7 of it)."""
     from app.api.admission import Admission
     from app.config import AdmissionConfig
-    from load_tests.serving.trace_bench import admission_budget
+    from load_tests.systems.trace_systems import admission_budget
 
     rules = AdmissionConfig()
     for loosest in (0.3, 5.975, 12.0):
@@ -98,7 +98,7 @@ def test_the_transport_gives_up_nothing_the_loosest_profile_waits_for():
     transfer may wait, and the app's config takes the values."""
     from app.config import AppConfig
     from app.config.transport import TransportConfig
-    from load_tests.serving.trace_bench import transport_timeouts
+    from load_tests.systems.trace_systems import transport_timeouts
 
     shipped = TransportConfig()
     fast = transport_timeouts(5.7)
