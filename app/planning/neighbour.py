@@ -24,6 +24,8 @@ import sys
 import time
 from types import TracebackType
 
+from app.cpu_affinity import parse_cores
+
 READY = "ready"
 
 
@@ -102,10 +104,7 @@ def other_cores(binding: str | None, cpus: int) -> str | None:
     the binding is unknown."""
     if binding is None or cpus < 2:
         return None
-    taken: set[int] = set()
-    for part in binding.split(","):
-        low, _, high = part.partition("-")
-        taken.update(range(int(low), int(high or low) + 1))
+    taken = parse_cores(binding)
     rest = [str(core) for core in range(cpus) if core not in taken]
     return ",".join(rest) or None
 

@@ -70,8 +70,10 @@ def measure(
     model = config.model
     pool = config.decode
     os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(model.kv_cache_gib)
-    if pool.cpu_binding is not None:  # of alternatives ("0|1"), the first
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = pool.cpu_binding.split("|")[0]
+    # Of alternatives ("0|1"), the first.
+    binding = pool.cpu_binding.split("|")[0] if pool.cpu_binding is not None else None
+    if binding is not None:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = binding
     longest = max(max(prompt_lengths), long_context + steps) + 8
     llm = LLM(
         model=resolve_model(model.source),
@@ -113,7 +115,7 @@ def measure(
 
     decode = [(float(batch), step_s(batch, decode_context)) for batch in batch_sizes]
     long = [(float(batch), step_s(batch, long_context)) for batch in long_batches]
-    neighbour_cores = other_cores(pool.cpu_binding, os.cpu_count() or 1) if crowded else None
+    neighbour_cores = other_cores(binding, os.cpu_count() or 1) if crowded else None
     factors = {"prefill": 1.0, "decode": 1.0}
     if neighbour_cores is not None:
         alone_prefill = dict(prefill)
