@@ -62,13 +62,20 @@ class Layout:
     overhead_s: float = 0.0  # the serving path's time per request, beyond the profile's
 
 
+# How splitserve's router runs a remote prefill (its defaults): the prefill engine's first
+# token streamed at once, and long prompts prefilled on decode past the backlog.
+AS_ROUTED: dict[str, Any] = {
+    "first_token_on_prefill": RouterConfig().first_token_on_prefill,
+    "max_prefill_backlog": RouterConfig().max_prefill_backlog,
+}
+
+
 def layouts(
     local_prefill_below_tokens: int,
     max_batch_tokens: int = 2048,
     max_num_seqs: int = 64,
     frontend: FrontEndCost | None = None,
     cores: int = 0,
-    max_prefill_backlog: int = RouterConfig().max_prefill_backlog,
 ) -> list[Layout]:
     """The layouts a host of two engines can run, named as the trace benchmark names
     the systems that run them. With ``frontend`` and ``cores``, the serving path's CPU
@@ -78,8 +85,7 @@ def layouts(
         "max_num_seqs": max_num_seqs,
         "frontend": frontend,
         "cores": cores,
-        "first_token_on_prefill": True,
-        "max_prefill_backlog": max_prefill_backlog,
+        **AS_ROUTED,
     }
     return [
         Layout("colocated", Topology(0, 1, **shared)),
@@ -211,11 +217,7 @@ def what_if(
     below = local_prefill_below_tokens
     spare: dict[str, Any] = {"frontend": frontend, "cores": 0}
     two = layouts(below, **spare)
-    as_run: dict[str, Any] = {
-        **spare,
-        "first_token_on_prefill": True,
-        "max_prefill_backlog": RouterConfig().max_prefill_backlog,
-    }
+    as_run: dict[str, Any] = {**spare, **AS_ROUTED}
     four = [
         Layout("colocated x4", Topology(0, 4, **as_run)),
         Layout("1P:3D remote", Topology(1, 3, **as_run)),
