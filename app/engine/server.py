@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Any
 
 from app.config import AppConfig
-from app.engine import decode_stream
+from app.engine import decode_stream, kv_checks
 from app.engine.binding import bind_engine
 from app.engine.control import EngineControl
 from app.engine.first_token import first_token_params, sampled_first_token
@@ -44,7 +44,7 @@ from app.engine.setup import (
     engine_environment,
     side_channel_host,
 )
-from app.kv import object_store, peer_fence, read_deadline
+from app.kv import object_store, read_deadline
 from app.kv.failure import FailureKind, TransferFailure
 from app.kv.fallback import Transport
 from app.kv.kv_read import nixl_read
@@ -240,7 +240,7 @@ class EngineServer(EngineControl):
         self.streams += 1
         try:
             yield Started(self.engine_id)
-            fenced = await self._fenced(request)
+            fenced = await kv_checks.fenced(self.engine, request, self.peer_alive, self.links)
             if fenced is not None:
                 yield TokenChunk("", [], transfer_failed=fenced)
                 return
@@ -282,7 +282,9 @@ class EngineServer(EngineControl):
             async for output in self._run(request, params):
                 completion = output.outputs[0]
                 if first and kv and completion.finish_reason == "error":
-                    yield TokenChunk("", [], transfer_failed=await self._load_failure(request))
+                    yield TokenChunk(
+                        "", [], transfer_failed=await kv_checks.load_failure(self.engine, request)
+                    )
                     return
                 if output.finished and output.kv_transfer_params:
                     read = nixl_read(output.kv_transfer_params)
@@ -315,56 +317,6 @@ class EngineServer(EngineControl):
     ) -> None:
         if self.links is not None and request.kv_source:
             self.links.observe(request.kv_source, transport, kv_bytes, seconds)
-
-    async def _fenced(self, request: GenerateRequest) -> TransferFailure | None:
-        """Refuse NIXL KV whose prefill replica is gone, at once: its blocks died with it
-        (a read would wait for NIXL to time out). The engine forgets that peer now."""
-        kv = request.kv_transfer_params
-        if kv is None or not request.kv_source or self.peer_alive is None:
-            return None
-        try:
-            alive = await self.peer_alive(request.kv_source)
-        except Exception as exc:  # a lookup that failed (GCS busy): fall back, unread
-            logger.warning(
-                "could not tell whether prefill replica %s lives: %r", request.kv_source, exc
-            )
-            return TransferFailure(
-                FailureKind.KV_FENCED,
-                f"could not tell whether prefill replica {request.kv_source}, which held "
-                "the KV, still lives",
-            )
-        if alive:
-            return None
-        if self.links is not None:
-            self.links.forget(request.kv_source)
-        engine_id = str(kv.get("remote_engine_id") or "")
-        try:
-            await self.engine.collective_rpc(peer_fence.METHOD, args=([engine_id],))
-        except Exception:  # forgetting is housekeeping; the refusal stands
-            logger.warning("could not make the engine forget NIXL peer %s", engine_id)
-        return TransferFailure(
-            FailureKind.KV_FENCED,
-            f"prefill replica {request.kv_source} (engine {engine_id}), which held the KV, is gone",
-        )
-
-    async def _load_failure(self, request: GenerateRequest) -> TransferFailure:
-        """Why the engine could not load a request's KV: its read refused as too late
-        (:mod:`app.kv.read_deadline`), or the load itself failed."""
-        if request.kv_transfer_params is not None and request.kv_expires_at is not None:
-            try:
-                answers = await self.engine.collective_rpc(
-                    read_deadline.METHOD, args=([request.request_id],)
-                )
-            except Exception:  # an engine without the extension: a plain load failure
-                answers = [[]]
-            if request.request_id in answers[0]:
-                late = time.time() - request.kv_expires_at
-                return TransferFailure(
-                    FailureKind.KV_EXPIRED,
-                    f"the decode engine refused to read the KV {late:.1f} s after its "
-                    "deadline (prefill's lease may have freed the blocks)",
-                )
-        return TransferFailure(FailureKind.KV_LOAD, "the decode engine could not load the KV")
 
     def chunk_interval(self) -> float:
         """Seconds between a stream's chunks: streams / budget, capped by the interval."""
