@@ -1,0 +1,1 @@
+"""What the reliability benchmarks inject: faults, each logged with what it hit."""
