@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import AppConfig, serve_file_args
+from app.host import cpu_model
 from app.planning.engine_profile import EngineProfile
 from app.planning.frontend import FrontEndCost
 from app.planning.trace_advice import advise_trace, calibrated, layouts, what_if
@@ -65,7 +66,12 @@ from load_tests.reports.trace_report import (
 )
 from load_tests.serving.compare import splitserve
 from load_tests.systems.run_conditions import machine
-from load_tests.systems.trace_systems import admission_budget, transport_timeouts
+from load_tests.systems.trace_systems import (
+    admission_budget,
+    fit_cpu,
+    frontend_fit_for,
+    transport_timeouts,
+)
 from load_tests.systems.vllm_server import vllm_server
 
 PROFILE_LENGTHS = (16, 64, 128, 256, 512, 1024, 1536, 2048, 4096, 8192)
@@ -179,9 +185,10 @@ def main() -> None:
     parser.add_argument("--most-rates", type=int, default=10, help="the ladder's longest")
     parser.add_argument(
         "--frontend",
-        default="docs/results/frontend_fit_2026-12-03_by_process.json",
+        default="auto",
         help="the serving path's CPU costs the advisor charges on the engines' cores "
-        "(load_tests.planning.frontend_fit's JSON; 'none': free)",
+        "(load_tests.planning.frontend_fit's JSON; 'none': free; 'auto': the shipped fit "
+        "measured on this CPU model, else the Xeon's, said so)",
     )
     parser.add_argument("--repeats", type=int, help="rounds of the ladder (3; quick 1)")
     parser.add_argument("--length-scale", type=float, default=1.0)
@@ -232,6 +239,16 @@ def main() -> None:
         raise SystemExit(f"no request of {args.trace} arrives from {args.start_s} s")
     default_app = AppConfig.model_validate(serve_file_args("serve_configs/default.yaml"))
     local_below = default_app.router.local_prefill_below_tokens
+    if args.frontend == "auto":
+        fit, matched = frontend_fit_for(cpu_model())
+        args.frontend = str(fit)
+        if not matched:
+            print(
+                f"no shipped front-end fit was measured on a {cpu_model()}: the advisor "
+                f"charges {args.frontend}'s ({fit_cpu(fit)}); `make bench-frontend-fit` "
+                "measures this machine's (--frontend FILE)",
+                flush=True,
+            )
     with _announced("advice (simulated)"):
         frontend = None if args.frontend == "none" else FrontEndCost.from_fit(args.frontend)
         candidates = layouts(
@@ -311,6 +328,9 @@ def main() -> None:
             "warm_s": args.warm_s,
             "prefill_1k_s": round(prefill_1k_s, 4),
             "advisor_frontend": args.frontend,
+            "advisor_frontend_cpu": None
+            if args.frontend == "none"
+            else fit_cpu(Path(args.frontend)),
             "splitserve_admission_ttft_budget_s": admission_budget_s,
             "splitserve_transport_timeouts": transport_timeouts(loosest_ttft_s),
             "speed_factors": factors.stated(),

@@ -1,10 +1,13 @@
 """What the trace benchmark (:mod:`load_tests.serving.trace_bench`) sets on splitserve so
 that it refuses and gives up no work vLLM's server would wait for: admission's budget
-and the transport's timeouts, from the loosest SLO profile's TTFT."""
+and the transport's timeouts, from the loosest SLO profile's TTFT; and which of the
+shipped front-end fits its advisor charges (:func:`frontend_fit_for`)."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 from app.config import AdmissionConfig
 from app.config.transport import TransportConfig
@@ -36,3 +39,36 @@ def transport_timeouts(loosest_ttft_s: float) -> dict[str, float]:
         "transfer_timeout_s": transfer,
         "kv_lease_s": lease,
     }
+
+
+SHIPPED_FITS = Path(__file__).resolve().parents[2] / "docs" / "results"
+FALLBACK_FIT = SHIPPED_FITS / "frontend_fit_2026-12-03_by_process.json"
+
+
+def fit_cpu(path: Path) -> str | None:
+    """The CPU model a front-end fit was measured on (None where it does not say)."""
+    try:
+        machine = json.loads(path.read_text()).get("conditions", {}).get("machine", {})
+    except (OSError, ValueError):
+        return None
+    return machine.get("cpu") if isinstance(machine, dict) else None
+
+
+def frontend_fit_for(cpu: str, shipped: Path = SHIPPED_FITS) -> tuple[Path, bool]:
+    """The shipped front-end fit measured on this ``cpu`` model (the newest by name,
+    fits with the replicas' share apart only), and whether it matched: the serving path's
+    CPU per request and per chunk differs between machine kinds as much as the engine's
+    speed does (a fit from a Xeon with AVX-512 charges an AMD EPYC without it too
+    little). Without one, the fallback fit, and False."""
+    matching = [
+        path
+        for path in sorted(shipped.glob("frontend_fit_*.json"))
+        if fit_cpu(path) == cpu and _has_replica_share(path)
+    ]
+    if matching:
+        return matching[-1], True
+    return FALLBACK_FIT, False
+
+
+def _has_replica_share(path: Path) -> bool:
+    return "replica_chunk_s" in json.loads(path.read_text())

@@ -3,6 +3,8 @@ ties beside the advised layout, and failures below goodput."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from app.replay.profiles import SloProfile
@@ -124,3 +126,27 @@ def test_a_short_trace_starts_at_zero_and_cuts_the_rates_it_cannot_fill():
     assert start_and_fill(100.0, 600.0, 15.0) == (600.0, 0.0)
     assert within([0.5, 1.0, 2.0, 4.0], 2.5) == [0.5, 1.0, 2.0]
     assert within([0.5, 1.0], 0.0) == [0.5]
+
+
+def test_the_advisor_charges_the_front_end_fit_of_this_cpu_model(tmp_path: Path):
+    from load_tests.systems.trace_systems import FALLBACK_FIT, frontend_fit_for
+
+    def fit(name: str, cpu: str, replicas: bool = True) -> Path:
+        body: dict[str, Any] = {"conditions": {"machine": {"cpu": cpu}}, "request_s": 0.01}
+        if replicas:
+            body["replica_chunk_s"] = 0.0003
+        path = tmp_path / name
+        path.write_text(json.dumps(body))
+        return path
+
+    fit("frontend_fit_2026-12-03.json", "Xeon (with AVX-512)")
+    fit("frontend_fit_2026-12-05_epyc.json", "EPYC (without AVX-512)")
+    newest = fit("frontend_fit_2026-12-07_epyc.json", "EPYC (without AVX-512)")
+    fit("frontend_fit_2026-12-09_epyc.json", "EPYC (without AVX-512)", replicas=False)
+    assert frontend_fit_for("EPYC (without AVX-512)", tmp_path) == (newest, True)
+    # no fit of this model: the fallback, said so
+    assert frontend_fit_for("EPYC (with AVX-512)", tmp_path) == (FALLBACK_FIT, False)
+    # the shipped fits: this machine kind's, and the fallback exists
+    assert FALLBACK_FIT.exists()
+    shipped, matched = frontend_fit_for("AMD EPYC (without AVX-512)")
+    assert matched and shipped.name == "frontend_fit_2026-12-07_epyc.json"
