@@ -340,6 +340,8 @@ def main() -> None:
                 "decode": profile.decode,
                 "decode_context": profile.decode_context,
                 "decode_context_token_s": profile.decode_context_token_s,
+                "crowded_prefill": profile.crowded_prefill,
+                "crowded_decode": profile.crowded_decode,
             },
             "wall_s": None,
         },

@@ -150,3 +150,61 @@ def test_the_advisor_charges_the_front_end_fit_of_this_cpu_model(tmp_path: Path)
     assert FALLBACK_FIT.exists()
     shipped, matched = frontend_fit_for("AMD EPYC (without AVX-512)")
     assert matched and shipped.name == "frontend_fit_2026-12-07_epyc.json"
+
+
+def test_a_finished_runs_advice_is_worked_out_again_beside_its_own(tmp_path: Path):
+    from app.planning.engine_profile import EngineProfile
+    from load_tests.reports.trace_readvise import engine_profile, readvise
+
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        + "".join(f"2023-11-16 18:15:{s:02d}.0000000,{200 + 50 * s},8\n" for s in range(20))
+    )
+    stated = {
+        "prefill": [[16.0, 0.001], [1024.0, 0.03]],
+        "decode": [[1.0, 0.003], [16.0, 0.006]],
+        "decode_context": 128,
+        "decode_context_token_s": 0.0,
+        "crowded_decode": 1.37,
+    }
+    goodput = {"median": 1.0, "min": 1.0, "max": 1.0, "repeats": [1.0]}
+    systems = ("vllm", "colocated_two", "colocated", "remote", "default")
+    result: dict[str, Any] = {
+        "conditions": {
+            "machine": {"cpus": 2},
+            "trace": str(trace),
+            "window_at_rate_1": {
+                "start_s": 0.0,
+                "duration_s": 10.0,
+                "rate_scale": 1.0,
+                "length_scale": 1.0,
+                "output_scale": 1.0,
+                "max_prompt_tokens": 15360,
+            },
+            "pass_s": 10.0,
+            "highest_rate_the_trace_fills": 1.9,
+            "profiles": [CHAT.stated()],
+            "engine_profile": stated,
+        },
+        "advice": {"advised_winner": {"chat": "was"}},
+        "advice_calibrated": {"advised_winner": {"chat": "colocated"}},
+        "profiles": {"chat": "as run"},
+        "systems": {name: {"goodput_scale": {"chat": goodput}} for name in systems},
+    }
+    path = tmp_path / "run.json"
+    # no .engine.json beside the result: the curves and crowded factors of its conditions
+    profile = engine_profile(path, result, None)
+    assert profile.crowded_decode == 1.37 and profile.prefill[-1] == (1024.0, 0.03)
+    again = readvise(result, profile, trace, frontend=None)
+    assert again["advice_as_run"] == {"advised_winner": {"chat": "was"}}
+    assert again["profiles_as_run"] == {"chat": "as run"}
+    assert set(again["advice"]["layouts"]) == {"colocated", "colocated_two", "remote", "default"}
+    verdict = again["profiles"]["chat"]
+    assert verdict["advised_winner"] == again["advice"]["advised_winner"]["chat"]
+    assert set(verdict["tied"]) == set(systems)  # every system measured alike
+    # a profile file beside the result wins over the conditions' curves
+    EngineProfile(prefill=[(16.0, 0.002), (1024.0, 0.05)], decode=[(1.0, 0.004)]).save(
+        path.with_suffix(".engine.json")
+    )
+    assert engine_profile(path, result, None).prefill[-1] == (1024.0, 0.05)

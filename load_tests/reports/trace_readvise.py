@@ -1,0 +1,152 @@
+"""The advice of a finished trace benchmark, worked out again: the same trace window,
+engine profile and measured goodput, the advisor's model as it is now and the front-end
+fit given, so that a change of the model (or a fit from the right machine) is checked
+against runs already made without running them again.
+
+    .venv/bin/python -m load_tests.reports.trace_readvise RESULT.json \
+        [--frontend FIT.json] [--engine-profile ENGINE.json] [--trace FILE] [--out FILE]
+
+The engine profile is the run's own (``RESULT``'s ``.engine.json`` beside it where it
+is there, which holds the crowded factors; else the curves in its conditions). The result
+gets ``advice`` and ``profiles`` (the verdicts) anew; what the run itself advised is
+kept under ``advice_as_run`` and ``profiles_as_run``, and ``advice_recomputed`` says with
+what. The calibrated advice is the run's (it needs the lowest-rate passes' model, which
+this does not redo).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from app.config import AppConfig, serve_file_args
+from app.planning.engine_profile import EngineProfile
+from app.planning.frontend import FrontEndCost
+from app.planning.trace_advice import advise_trace, layouts
+from app.replay.profiles import SloProfile
+from app.replay.trace import BUILTIN, TraceRequest, Window, read_trace, windowed
+from load_tests.reports.trace_report import print_table, verdicts
+
+LAYOUT_OF = {
+    "vllm": "colocated",
+    "colocated": "colocated",
+    "colocated_two": "colocated_two",
+    "remote": "remote",
+    "default": "default",
+}
+
+
+def engine_profile(result_path: Path, result: dict[str, Any], given: str | None) -> EngineProfile:
+    """The profile given, else the run's ``.engine.json``, else its conditions' curves."""
+    beside = result_path.with_suffix(".engine.json")
+    if given or beside.exists():
+        return EngineProfile.load(given or beside)
+    stated = result["conditions"]["engine_profile"]
+    return EngineProfile(
+        prefill=[(float(t), float(s)) for t, s in stated["prefill"]],
+        decode=[(float(b), float(s)) for b, s in stated["decode"]],
+        decode_context=stated["decode_context"],
+        decode_context_token_s=stated["decode_context_token_s"],
+        crowded_prefill=stated.get("crowded_prefill", 1.0),
+        crowded_decode=stated.get("crowded_decode", 1.0),
+    )
+
+
+def trace_of(stated: str, given: str | None) -> Path:
+    """The trace given, else the run's where it still is, else the shipped one of its name."""
+    if given:
+        return Path(given)
+    if Path(stated).exists():
+        return Path(stated)
+    return BUILTIN.parent / Path(stated).name
+
+
+def _profile(stated: dict[str, Any]) -> SloProfile:
+    """A profile as a result states it (bounds in ms, to 0.1 ms)."""
+    return SloProfile(
+        name=stated["name"],
+        ttft_s=stated["ttft_ms"] / 1000,
+        tpot_s=stated["tpot_ms"] / 1000,
+        measure=stated["measure"],
+        target=stated["target"],
+        promise=stated["promise"],
+    )
+
+
+def readvise(
+    result: dict[str, Any], profile: EngineProfile, trace: Path, frontend: FrontEndCost | None
+) -> dict[str, Any]:
+    """``result`` with its advice and verdicts worked out again."""
+    conditions = result["conditions"]
+    at_one = conditions["window_at_rate_1"]
+    rows_all = read_trace(trace)
+    profiles = [_profile(p) for p in conditions["profiles"]]
+
+    def window(rate: float) -> list[TraceRequest]:
+        return windowed(
+            rows_all,
+            Window(
+                at_one["start_s"],
+                conditions["pass_s"] * rate,
+                rate,
+                at_one["length_scale"],
+                at_one["output_scale"],
+                at_one["max_prompt_tokens"],
+            ),
+        )
+
+    default_app = AppConfig.model_validate(serve_file_args("serve_configs/default.yaml"))
+    candidates = layouts(
+        default_app.router.local_prefill_below_tokens,
+        frontend=frontend.with_client() if frontend else None,
+        cores=conditions["machine"]["cpus"],
+    )
+    highest = min(20.0, conditions["highest_rate_the_trace_fills"])
+    advice = advise_trace(window, profile, profiles, candidates, highest=highest)
+    rows = result["systems"]
+    layout_of = {name: rows[name].get("layout", LAYOUT_OF[name]) for name in rows}
+    again = dict(result)
+    again.setdefault("advice_as_run", result["advice"])
+    again.setdefault("profiles_as_run", result["profiles"])
+    again["advice"] = advice
+    again["profiles"] = verdicts(rows, layout_of, advice, result["advice_calibrated"], profiles)
+    return again
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("result", help="a load_tests.serving.trace_bench JSON")
+    parser.add_argument("--frontend", help="a front-end fit (default: the run's); 'none': free")
+    parser.add_argument("--engine-profile", help="default: the run's")
+    parser.add_argument("--trace", help="default: the run's, or the shipped one of its name")
+    parser.add_argument("--out", help="default: RESULT with _readvised before .json")
+    args = parser.parse_args()
+    path = Path(args.result)
+    result = json.loads(path.read_text())
+    fit = args.frontend or result["conditions"].get("advisor_frontend") or "none"
+    if fit != "none" and not Path(fit).exists():
+        fit = str(Path("docs/results") / Path(fit).name)  # a run made from a clone
+    frontend = None if fit == "none" else FrontEndCost.from_fit(fit)
+    profile = engine_profile(path, result, args.engine_profile)
+    again = readvise(result, profile, trace_of(result["conditions"]["trace"], args.trace), frontend)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    again["advice_recomputed"] = {
+        "commit": commit or None,
+        "frontend": fit,
+        "engine_profile": args.engine_profile or "the run's",
+        "why": "the advice worked out again by load_tests.reports.trace_readvise; the "
+        "run's own is under advice_as_run and profiles_as_run",
+    }
+    out = Path(args.out or path.with_name(f"{path.stem}_readvised.json"))
+    out.write_text(json.dumps(again, indent=2))
+    print_table(again)
+    print(f"written: {out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
