@@ -149,7 +149,11 @@ class EngineServer(EngineControl):
             tally,
         )
         if sockets is not None:
-            blocks = EngineBlocks(vllm_config.cache_config.block_size)
+            # the cache's size, as the engine core found it (set on this config at start)
+            blocks = EngineBlocks(
+                vllm_config.cache_config.block_size,
+                capacity=vllm_config.cache_config.num_gpu_blocks or 0,
+            )
             server.kv_events = KvEventReader(sockets, blocks)
             server.kv_events.start()
         return server

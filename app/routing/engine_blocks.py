@@ -46,15 +46,17 @@ class BlockChanges:
     full: bool
     added: list[int] = field(default_factory=list)
     removed: list[int] = field(default_factory=list)
+    capacity: int = 0  # the engine's KV blocks (0: not known)
 
 
 class EngineBlocks:
     """One engine's cached blocks, named by the router's chain, from its KV events."""
 
-    def __init__(self, block_tokens: int, log_size: int = LOG_SIZE) -> None:
+    def __init__(self, block_tokens: int, log_size: int = LOG_SIZE, capacity: int = 0) -> None:
         if block_tokens <= 0:
             raise ValueError("block_tokens must be positive")
         self.block_tokens = block_tokens
+        self.capacity = capacity  # the engine's KV blocks, told to readers (0: not known)
         self.epoch = uuid.uuid4().hex
         self.version = 0
         self.unnamed = 0  # stored blocks whose chain could not be named
@@ -144,7 +146,14 @@ class EngineBlocks:
         of another epoch or further behind than the log reaches."""
         oldest = self._log[0][0] if self._log else self.version + 1
         if epoch != self.epoch or since < oldest - 1 or since > self.version:
-            return BlockChanges(self.epoch, self.version, self.block_tokens, True, list(self._held))
+            return BlockChanges(
+                self.epoch,
+                self.version,
+                self.block_tokens,
+                True,
+                list(self._held),
+                capacity=self.capacity,
+            )
         # Each block as its last change left it: a block stored and evicted since counts
         # as removed (a reader may expect it), one evicted and stored again as added.
         last: dict[int, bool] = {}
@@ -153,7 +162,9 @@ class EngineBlocks:
                 last.update((ours, False) for ours in minus)
                 last.update((ours, True) for ours in plus)
         added, removed = _split(last)
-        return BlockChanges(self.epoch, self.version, self.block_tokens, False, added, removed)
+        return BlockChanges(
+            self.epoch, self.version, self.block_tokens, False, added, removed, self.capacity
+        )
 
 
 def _split(last: dict[int, bool]) -> tuple[list[int], list[int]]:

@@ -8,6 +8,17 @@ replica will store its prompt there, so :meth:`PrefixIndex.routed` keeps its blo
 event removes them). A replica's blocks are dropped when it leaves the pool
 (:meth:`retain`), and replaced wholesale when it reports another epoch (an engine that
 lost events and started over).
+
+**Blocks about to be evicted.** A read can be exact and still wrong by the time the
+request reaches the engine: the requests routed there just before it store blocks the
+cache must make room for, and a full cache evicts its least recently used blocks for
+them, the very blocks a returning conversation comes back for. So each replica's held
+blocks are kept in use order (stored, or routed again: :meth:`PrefixIndex.routed`
+touches them) and, where the engine reports its size (``capacity``), a held block among
+the oldest ``held + coming - capacity`` does not count as matched, ``coming`` being the
+blocks expected there and not yet held. The engine's own order is by when each block was
+freed; the index's by when it was stored or routed, which is close where requests take
+about as long.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 from app.routing.engine_blocks import BlockChanges
 
@@ -28,8 +40,20 @@ MAX_EXPECTED = 65536  # expected blocks kept per replica
 class _Replica:
     epoch: str | None = None
     version: int = 0
-    held: set[int] = field(default_factory=set)
+    held: OrderedDict[int, None] = field(default_factory=OrderedDict)  # oldest use first
     expected: OrderedDict[int, float] = field(default_factory=OrderedDict)  # hash -> until
+    capacity: int = 0  # the engine's KV blocks (0: not reported)
+
+    def at_risk(self, now: float) -> set[int]:
+        """The held blocks the blocks coming here would evict from a full cache: the
+        ``held + coming - capacity`` least recently used."""
+        if not self.capacity:
+            return set()
+        coming = sum(
+            1 for value, until in self.expected.items() if until > now and value not in self.held
+        )
+        evicted = len(self.held) + coming - self.capacity
+        return set(islice(self.held, evicted)) if evicted > 0 else set()
 
 
 class PrefixIndex:
@@ -65,11 +89,15 @@ class PrefixIndex:
                 return
             self.block_tokens = changes.block_tokens
             state = self._replicas.setdefault(replica, _Replica())
+            state.capacity = changes.capacity
             if changes.full:
-                state.held = set(changes.added)
+                state.held = OrderedDict.fromkeys(changes.added)
             else:
-                state.held.difference_update(changes.removed)
-                state.held.update(changes.added)
+                for gone in changes.removed:
+                    state.held.pop(gone, None)
+                for value in changes.added:
+                    state.held[value] = None
+                    state.held.move_to_end(value)
             for gone in changes.removed:
                 state.expected.pop(gone, None)
             state.epoch, state.version = changes.epoch, changes.version
@@ -93,26 +121,32 @@ class PrefixIndex:
             return max(0, queue_len - self._polls.get(replica, 0))
 
     def routed(self, replica: str, hashes: Sequence[int]) -> None:
-        """A request of these blocks went to ``replica``: expect them there."""
+        """A request of these blocks went to ``replica``: expect them there (those held
+        are used again: the last its cache would evict)."""
         until = self.clock() + self.expect_s
         with self._lock:
             state = self._replicas.setdefault(replica, _Replica())
             for value in hashes:
                 state.expected[value] = until
                 state.expected.move_to_end(value)
+                if value in state.held:
+                    state.held.move_to_end(value)
             while len(state.expected) > MAX_EXPECTED:
                 state.expected.popitem(last=False)
 
     def matched_blocks(self, replica: str, hashes: Sequence[int]) -> int:
-        """How many of ``hashes``, from the first, ``replica`` holds (or is expected to)."""
+        """How many of ``hashes``, from the first, ``replica`` holds (or is expected to),
+        less those its cache is about to evict (:meth:`_Replica.at_risk`)."""
         now = self.clock()
         with self._lock:
             state = self._replicas.get(replica)
             if state is None:
                 return 0
+            at_risk = state.at_risk(now)
             count = 0
             for value in hashes:
-                if value not in state.held and state.expected.get(value, 0.0) <= now:
+                expected = state.expected.get(value, 0.0) > now
+                if not expected and (value not in state.held or value in at_risk):
                     break
                 count += 1
             return count

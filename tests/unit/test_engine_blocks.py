@@ -145,3 +145,38 @@ def test_the_index_counts_held_and_recently_routed_blocks():
     index.retain({"r2"})
     index.update("r1", engine.changes(None, 0))
     assert index.replicas() == ["r2"] and index.matched_blocks("r1", hashes) == 0
+
+
+def test_blocks_a_full_cache_is_about_to_evict_for_requests_just_routed_do_not_count():
+    """A cache of 4 blocks holds two conversations (2 blocks each, A's the older).
+    Routed to it next: a request of 2 new blocks. The cache must evict A's two for them
+    (least recently used), so A's blocks no longer count as matched, B's still do; with
+    A used again since, B's are the ones at risk."""
+    clock = Clock()
+    index = PrefixIndex(expect_s=2.0, clock=clock)
+    index.retain({"r"})
+    engine = EngineBlocks(B, capacity=4)
+    a, b, c = list(range(100, 108)), list(range(200, 208)), list(range(300, 308))
+    engine.apply([stored([1, 2], None, a)])
+    engine.apply([stored([3, 4], None, b)])
+    index.update("r", engine.changes(*index.since("r")))
+    ha, hb, hc = (block_hashes(p + [0], B) for p in (a, b, c))
+    assert index.matched_blocks("r", ha) == 2 and index.matched_blocks("r", hb) == 2
+    index.routed("r", hc)  # 2 new blocks coming: the cache is 4 + 2 - 4 = 2 over
+    assert index.matched_blocks("r", ha) == 0 and index.matched_blocks("r", hb) == 2
+    index.routed("r", ha)  # A used again: now B's are the oldest
+    assert index.matched_blocks("r", ha) == 2 and index.matched_blocks("r", hb) == 0
+    # Once the new blocks are stored and the evictions read, the index is exact again.
+    engine.apply([BlockRemoved(block_hashes=[3, 4], medium="CPU"), stored([5, 6], None, c)])
+    index.update("r", engine.changes(*index.since("r")))
+    assert [index.matched_blocks("r", h) for h in (ha, hb, hc)] == [2, 0, 2]
+    # An engine that does not tell its size: nothing is predicted evicted.
+    clock.now = 10.0
+    other = PrefixIndex(expect_s=2.0, clock=clock)
+    other.retain({"r"})
+    other.update("r", EngineBlocks(B).changes(None, 0))
+    unsized = EngineBlocks(B)
+    unsized.apply([stored([1, 2], None, a)])
+    other.update("r", unsized.changes(None, 0))
+    other.routed("r", hc)
+    assert other.matched_blocks("r", ha) == 2
