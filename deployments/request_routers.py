@@ -17,6 +17,7 @@ among all candidates.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ray.serve.request_router import (
@@ -39,6 +40,15 @@ def _generate_request(pending: PendingRequest | None) -> GenerateRequest | None:
         return None
     first = pending.args[0]
     return first if isinstance(first, GenerateRequest) else None
+
+
+def running_blocks(request: GenerateRequest, hashes: Sequence[int], block: int) -> int:
+    """The KV blocks ``request`` takes in its engine beyond its prompt's whole ``hashes``
+    (the prompt's partial last block, the answer's), in blocks of ``block`` tokens."""
+    if block <= 0:
+        return 0
+    answer = getattr(request.sampling_params, "max_tokens", None) or 0
+    return max(0, -(-(len(request.prompt_token_ids) + answer) // block) - len(hashes))
 
 
 def pinned_ranks(
@@ -122,7 +132,8 @@ class PrefixAffinityRouter(_RankingRouter):
             )
             held = self.policy.matched_blocks(replica_id.unique_id, hashes)
             routed_expectations.note(request.request_id, held * self.policy.block_tokens)
-            self.policy.record(replica_id.unique_id, hashes)
+            more = running_blocks(request, hashes, self.policy.block_tokens)
+            self.policy.record(replica_id.unique_id, hashes, more)
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)

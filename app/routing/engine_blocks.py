@@ -111,8 +111,12 @@ class EngineBlocks:
             if engine_hash in self._named:  # re-reported (a prefix-cache hit): held already
                 continue
             self._named[engine_hash] = previous
-            self._held[previous] += 1
             added.append(previous)
+        # The last block first: an engine frees a request's blocks in reverse, so its
+        # cache evicts a prompt from the tail, and readers keep the blocks in that order.
+        added.reverse()
+        for ours in added:
+            self._held[ours] += 1
         return added
 
     def _removed(self, engine_hashes: Iterable[Any]) -> list[int]:

@@ -160,10 +160,11 @@ class PrefixAffinity:
         the engines, nor favour the replica whose warm-up cached the least)."""
         return len(self._seen.get(replica, ()))
 
-    def record(self, replica: str, hashes: Sequence[int]) -> None:
-        """``replica`` now holds (or will hold) these prefix blocks."""
+    def record(self, replica: str, hashes: Sequence[int], more_blocks: int = 0) -> None:
+        """``replica`` now holds (or will hold) these prefix blocks (and, while the
+        request runs, ``more_blocks`` beyond them: :meth:`PrefixIndex.routed`)."""
         if self.index is not None:
-            self.index.routed(replica, hashes)
+            self.index.routed(replica, hashes, more_blocks)
         seen = self._seen.setdefault(replica, OrderedDict())
         for value in hashes:
             seen[value] = None

@@ -16,16 +16,17 @@ them, the very blocks a returning conversation comes back for. So each replica's
 blocks are kept in use order (stored, or routed again: :meth:`PrefixIndex.routed`
 touches them) and, where the engine reports its size (``capacity``), a held block among
 the oldest ``held + coming - capacity`` does not count as matched, ``coming`` being the
-blocks expected there and not yet held. The engine's own order is by when each block was
-freed; the index's by when it was stored or routed, which is close where requests take
-about as long.
+blocks expected there and not yet held, and the blocks the requests just routed there
+take beyond their prompts' whole blocks (the partial last one, the answer's). The
+engine's own order is by when each block was freed; the index's by when it was stored
+or routed, which is close where requests take about as long.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -43,15 +44,21 @@ class _Replica:
     held: OrderedDict[int, None] = field(default_factory=OrderedDict)  # oldest use first
     expected: OrderedDict[int, float] = field(default_factory=OrderedDict)  # hash -> until
     capacity: int = 0  # the engine's KV blocks (0: not reported)
+    # Blocks the requests routed here take beyond their prompts' whole blocks (the last,
+    # partial one and the answer's), never cached while they run: (until, blocks).
+    running: deque[tuple[float, int]] = field(default_factory=deque)
 
     def at_risk(self, now: float) -> set[int]:
         """The held blocks the blocks coming here would evict from a full cache: the
         ``held + coming - capacity`` least recently used."""
         if not self.capacity:
             return set()
+        while self.running and self.running[0][0] <= now:
+            self.running.popleft()
         coming = sum(
             1 for value, until in self.expected.items() if until > now and value not in self.held
         )
+        coming += sum(blocks for _, blocks in self.running)
         evicted = len(self.held) + coming - self.capacity
         return set(islice(self.held, evicted)) if evicted > 0 else set()
 
@@ -95,7 +102,7 @@ class PrefixIndex:
             else:
                 for gone in changes.removed:
                     state.held.pop(gone, None)
-                for value in changes.added:
+                for value in changes.added:  # each prompt's last block first
                     state.held[value] = None
                     state.held.move_to_end(value)
             for gone in changes.removed:
@@ -120,15 +127,19 @@ class PrefixIndex:
         with self._lock:
             return max(0, queue_len - self._polls.get(replica, 0))
 
-    def routed(self, replica: str, hashes: Sequence[int]) -> None:
+    def routed(self, replica: str, hashes: Sequence[int], more_blocks: int = 0) -> None:
         """A request of these blocks went to ``replica``: expect them there (those held
-        are used again: the last its cache would evict)."""
+        are used again: the last its cache would evict). ``more_blocks``: the blocks it
+        takes beyond them while it runs (its prompt's partial last block, its answer)."""
         until = self.clock() + self.expect_s
         with self._lock:
             state = self._replicas.setdefault(replica, _Replica())
+            if more_blocks > 0:
+                state.running.append((until, more_blocks))
             for value in hashes:
                 state.expected[value] = until
                 state.expected.move_to_end(value)
+            for value in reversed(hashes):  # the last block the first to go, as stored
                 if value in state.held:
                     state.held.move_to_end(value)
             while len(state.expected) > MAX_EXPECTED:

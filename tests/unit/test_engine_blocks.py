@@ -160,7 +160,7 @@ def test_blocks_a_full_cache_is_about_to_evict_for_requests_just_routed_do_not_c
     engine.apply([stored([1, 2], None, a)])
     engine.apply([stored([3, 4], None, b)])
     index.update("r", engine.changes(*index.since("r")))
-    ha, hb, hc = (block_hashes(p + [0], B) for p in (a, b, c))
+    ha, hb, hc = (block_hashes([*p, 0], B) for p in (a, b, c))
     assert index.matched_blocks("r", ha) == 2 and index.matched_blocks("r", hb) == 2
     index.routed("r", hc)  # 2 new blocks coming: the cache is 4 + 2 - 4 = 2 over
     assert index.matched_blocks("r", ha) == 0 and index.matched_blocks("r", hb) == 2
@@ -180,3 +180,35 @@ def test_blocks_a_full_cache_is_about_to_evict_for_requests_just_routed_do_not_c
     other.update("r", unsized.changes(None, 0))
     other.routed("r", hc)
     assert other.matched_blocks("r", ha) == 2
+
+
+def test_what_running_requests_take_beyond_their_whole_prompt_blocks_is_counted_too():
+    """The cache of 4 holds A's and B's 2 blocks each. A request of 1 whole new block
+    that also takes 1 more (its partial last block, its answer) while it runs needs 2:
+    A's both go. How many more a request takes: its prompt and answer, in blocks, less
+    its whole prompt blocks."""
+    from types import SimpleNamespace
+
+    from app.pool.records import GenerateRequest
+    from deployments.request_routers import running_blocks
+
+    clock = Clock()
+    index = PrefixIndex(expect_s=2.0, clock=clock)
+    index.retain({"r"})
+    engine = EngineBlocks(B, capacity=4)
+    a, b = list(range(100, 108)), list(range(200, 208))
+    engine.apply([stored([1, 2], None, a), stored([3, 4], None, b)])
+    index.update("r", engine.changes(*index.since("r")))
+    ha, hb = block_hashes([*a, 0], B), block_hashes([*b, 0], B)
+    new = block_hashes(list(range(300, 306)), B)  # one whole block
+    index.routed("r", new)
+    # One over: A's last block (an engine frees a request's blocks in reverse, so a
+    # cache evicts a prompt from its tail).
+    assert index.matched_blocks("r", ha) == 1
+    index.routed("r", [], more_blocks=1)
+    assert index.matched_blocks("r", ha) == 0 and index.matched_blocks("r", hb) == 2
+    clock.now = 2.5  # the routed requests are done (expected and running time out)
+    assert index.matched_blocks("r", ha) == 2
+    request = GenerateRequest("q", list(range(6)), SimpleNamespace(max_tokens=5))
+    assert running_blocks(request, new, B) == 2  # 6 + 5 tokens: 3 blocks, 1 whole
+    assert running_blocks(request, new, 0) == 0
