@@ -55,9 +55,14 @@ class _Replica:
             return set()
         while self.running and self.running[0][0] <= now:
             self.running.popleft()
-        coming = sum(
-            1 for value, until in self.expected.items() if until > now and value not in self.held
-        )
+        # Expectations run out in the order they were made: drop those that have, so
+        # that counting the rest costs what is in flight, not what was ever routed.
+        while self.expected:
+            oldest, until = next(iter(self.expected.items()))
+            if until > now:
+                break
+            del self.expected[oldest]
+        coming = sum(1 for value in self.expected if value not in self.held)
         coming += sum(blocks for _, blocks in self.running)
         evicted = len(self.held) + coming - self.capacity
         return set(islice(self.held, evicted)) if evicted > 0 else set()

@@ -209,6 +209,9 @@ def test_what_running_requests_take_beyond_their_whole_prompt_blocks_is_counted_
     assert index.matched_blocks("r", ha) == 0 and index.matched_blocks("r", hb) == 2
     clock.now = 2.5  # the routed requests are done (expected and running time out)
     assert index.matched_blocks("r", ha) == 2
+    # and what ran out is dropped, not counted again at every decision
+    state = index._replicas["r"]
+    assert not state.expected and not state.running
     request = GenerateRequest("q", list(range(6)), SimpleNamespace(max_tokens=5))
     assert running_blocks(request, new, B) == 2  # 6 + 5 tokens: 3 blocks, 1 whole
     assert running_blocks(request, new, 0) == 0
