@@ -44,10 +44,13 @@ def _generate_request(pending: PendingRequest | None) -> GenerateRequest | None:
 
 def running_blocks(request: GenerateRequest, hashes: Sequence[int], block: int) -> int:
     """The KV blocks ``request`` takes in its engine beyond its prompt's whole ``hashes``
-    (the prompt's partial last block, the answer's), in blocks of ``block`` tokens."""
+    soon after it is routed (the prompt's partial last block, the answer's first), in
+    blocks of ``block`` tokens. An engine allocates an answer's blocks as it makes its
+    tokens, so at most one block of ``max_tokens`` counts: a client that leaves it
+    unset (up to the model's length) would otherwise seem to fill the cache."""
     if block <= 0:
         return 0
-    answer = getattr(request.sampling_params, "max_tokens", None) or 0
+    answer = min(getattr(request.sampling_params, "max_tokens", None) or 0, block)
     return max(0, -(-(len(request.prompt_token_ids) + answer) // block) - len(hashes))
 
 

@@ -17,7 +17,7 @@ blocks are kept in use order (stored, or routed again: :meth:`PrefixIndex.routed
 touches them) and, where the engine reports its size (``capacity``), a held block among
 the oldest ``held + coming - capacity`` does not count as matched, ``coming`` being the
 blocks expected there and not yet held, and the blocks the requests just routed there
-take beyond their prompts' whole blocks (the partial last one, the answer's). The
+take beyond their prompts' whole blocks (the partial last one, the answer's first). The
 engine's own order is by when each block was freed; the index's by when it was stored
 or routed, which is close where requests take about as long.
 """
@@ -45,7 +45,7 @@ class _Replica:
     expected: OrderedDict[int, float] = field(default_factory=OrderedDict)  # hash -> until
     capacity: int = 0  # the engine's KV blocks (0: not reported)
     # Blocks the requests routed here take beyond their prompts' whole blocks (the last,
-    # partial one and the answer's), never cached while they run: (until, blocks).
+    # partial one and the answer's first), never cached while they run: (until, blocks).
     running: deque[tuple[float, int]] = field(default_factory=deque)
 
     def at_risk(self, now: float) -> set[int]:

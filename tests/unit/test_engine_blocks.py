@@ -215,3 +215,6 @@ def test_what_running_requests_take_beyond_their_whole_prompt_blocks_is_counted_
     request = GenerateRequest("q", list(range(6)), SimpleNamespace(max_tokens=5))
     assert running_blocks(request, new, B) == 2  # 6 + 5 tokens: 3 blocks, 1 whole
     assert running_blocks(request, new, 0) == 0
+    # an answer's blocks come as its tokens do: at most one counts, whatever max_tokens
+    long = GenerateRequest("q", list(range(6)), SimpleNamespace(max_tokens=16384))
+    assert running_blocks(long, new, B) == 2
