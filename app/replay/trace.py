@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,11 @@ class Window:
     def stated(self) -> dict[str, Any]:
         """The window and scales, as every report states them."""
         return asdict(self)
+
+    def at_rate(self, rate: float) -> Window:
+        """This window (a pass at rate scale 1) at rate scale ``rate``: ``rate`` times as
+        many seconds of the trace, sped up as much, so that the pass lasts as long."""
+        return replace(self, duration_s=self.duration_s * rate, rate_scale=rate)
 
 
 def read_trace(path: str | Path = BUILTIN) -> list[tuple[float, int, int]]:

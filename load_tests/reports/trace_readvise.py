@@ -30,14 +30,6 @@ from app.replay.profiles import SloProfile
 from app.replay.trace import BUILTIN, TraceRequest, Window, read_trace, windowed
 from load_tests.reports.trace_report import print_table, verdicts
 
-LAYOUT_OF = {
-    "vllm": "colocated",
-    "colocated": "colocated",
-    "colocated_two": "colocated_two",
-    "remote": "remote",
-    "default": "default",
-}
-
 
 def engine_profile(result_path: Path, result: dict[str, Any], given: str | None) -> EngineProfile:
     """The profile given, else the run's ``.engine.json``, else its conditions' curves."""
@@ -81,22 +73,12 @@ def readvise(
 ) -> dict[str, Any]:
     """``result`` with its advice and verdicts worked out again."""
     conditions = result["conditions"]
-    at_one = conditions["window_at_rate_1"]
+    at_one = Window(**conditions["window_at_rate_1"])
     rows_all = read_trace(trace)
     profiles = [_profile(p) for p in conditions["profiles"]]
 
     def window(rate: float) -> list[TraceRequest]:
-        return windowed(
-            rows_all,
-            Window(
-                at_one["start_s"],
-                conditions["pass_s"] * rate,
-                rate,
-                at_one["length_scale"],
-                at_one["output_scale"],
-                at_one["max_prompt_tokens"],
-            ),
-        )
+        return windowed(rows_all, at_one.at_rate(rate))
 
     default_app = AppConfig.model_validate(serve_file_args("serve_configs/default.yaml"))
     candidates = layouts(
@@ -107,7 +89,7 @@ def readvise(
     highest = min(20.0, conditions["highest_rate_the_trace_fills"])
     advice = advise_trace(window, profile, profiles, candidates, highest=highest)
     rows = result["systems"]
-    layout_of = {name: rows[name].get("layout", LAYOUT_OF[name]) for name in rows}
+    layout_of = {name: row["layout"] for name, row in rows.items()}
     again = dict(result)
     again.setdefault("advice_as_run", result["advice"])
     again.setdefault("profiles_as_run", result["profiles"])

@@ -228,23 +228,24 @@ def main() -> None:
     def pass_window(rate: float, pass_s: float) -> Window:
         return Window(
             args.start_s,
-            pass_s * rate,
-            rate,
+            pass_s,
+            1.0,
             args.length_scale,
             args.output_scale,
             args.max_model_len - 1024,
-        )
+        ).at_rate(rate)
 
     if not window(1.0, None):
         raise SystemExit(f"no request of {args.trace} arrives from {args.start_s} s")
     default_app = AppConfig.model_validate(serve_file_args("serve_configs/default.yaml"))
     local_below = default_app.router.local_prefill_below_tokens
     if args.frontend == "auto":
-        fit, matched = frontend_fit_for(cpu_model())
+        cpu = cpu_model()
+        fit, matched = frontend_fit_for(cpu)
         args.frontend = str(fit)
         if not matched:
             print(
-                f"no shipped front-end fit was measured on a {cpu_model()}: the advisor "
+                f"no shipped front-end fit was measured on a {cpu}: the advisor "
                 f"charges {args.frontend}'s ({fit_cpu(fit)}); `make bench-frontend-fit` "
                 "measures this machine's (--frontend FILE)",
                 flush=True,

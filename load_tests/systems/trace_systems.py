@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from app.config import AdmissionConfig
 from app.config.transport import TransportConfig
@@ -47,10 +48,7 @@ FALLBACK_FIT = SHIPPED_FITS / "frontend_fit_2026-12-03_by_process.json"
 
 def fit_cpu(path: Path) -> str | None:
     """The CPU model a front-end fit was measured on (None where it does not say)."""
-    try:
-        machine = json.loads(path.read_text()).get("conditions", {}).get("machine", {})
-    except (OSError, ValueError):
-        return None
+    machine = _read(path).get("conditions", {}).get("machine", {})
     return machine.get("cpu") if isinstance(machine, dict) else None
 
 
@@ -60,15 +58,20 @@ def frontend_fit_for(cpu: str, shipped: Path = SHIPPED_FITS) -> tuple[Path, bool
     CPU per request and per chunk differs between machine kinds as much as the engine's
     speed does (a fit from a Xeon with AVX-512 charges an AMD EPYC without it too
     little). Without one, the fallback fit, and False."""
-    matching = [
-        path
-        for path in sorted(shipped.glob("frontend_fit_*.json"))
-        if fit_cpu(path) == cpu and _has_replica_share(path)
-    ]
+    matching = []
+    for path in sorted(shipped.glob("frontend_fit_*.json")):
+        fit = _read(path)
+        machine = fit.get("conditions", {}).get("machine", {})
+        if isinstance(machine, dict) and machine.get("cpu") == cpu and "replica_chunk_s" in fit:
+            matching.append(path)
     if matching:
         return matching[-1], True
     return FALLBACK_FIT, False
 
 
-def _has_replica_share(path: Path) -> bool:
-    return "replica_chunk_s" in json.loads(path.read_text())
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}

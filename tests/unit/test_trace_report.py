@@ -190,7 +190,13 @@ def test_a_finished_runs_advice_is_worked_out_again_beside_its_own(tmp_path: Pat
         "advice": {"advised_winner": {"chat": "was"}},
         "advice_calibrated": {"advised_winner": {"chat": "colocated"}},
         "profiles": {"chat": "as run"},
-        "systems": {name: {"goodput_scale": {"chat": goodput}} for name in systems},
+        "systems": {
+            name: {
+                "layout": "colocated" if name == "vllm" else name,
+                "goodput_scale": {"chat": goodput},
+            }
+            for name in systems
+        },
     }
     path = tmp_path / "run.json"
     # no .engine.json beside the result: the curves and crowded factors of its conditions
