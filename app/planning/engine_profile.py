@@ -103,6 +103,17 @@ class EngineProfile:
             return decode + prefill - min(interpolate(self.decode, 1), prefill)
         return decode + prefill
 
+    def chunk_attention_s(self, done: float, take: float) -> float:
+        """What a chunk of ``take`` prompt tokens costs beyond ``prefill_s(take)`` when
+        ``done`` tokens of its prompt were prefilled in earlier steps (vLLM's chunked
+        prefill): its tokens attend to those too. The prefill curve is measured on whole
+        prompts, so a prompt's chunks together cost what the whole prompt does, the
+        attention that grows with its length included, not its chunks' lengths' worth."""
+        if done <= 0 or take <= 0:
+            return 0.0
+        whole = self.prefill_s(done + take) - self.prefill_s(done)
+        return max(whole - self.prefill_s(take), 0.0)
+
     def crowded(self) -> EngineProfile:
         """This engine as it runs where every core runs an engine: its curves scaled by
         the measured factors."""

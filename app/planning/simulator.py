@@ -19,7 +19,10 @@ Colocated (``prefill_replicas == 0``): each replica mixes both in one step, as v
 chunked prefill does: running requests decode one token each, and waiting prompts fill
 the rest of the ``max_batch_tokens`` budget (a long prompt spans several steps); the step
 takes ``step_s(batch, prefill tokens)`` (both curves' sum, the step's fixed cost counted
-once), and a prompt whose prefill completes gets its first token at the end of that step.
+once), plus, for a prompt's later chunks, what their attention to its earlier ones adds
+(:meth:`EngineProfile.chunk_attention_s`: a long prompt's chunks cost what the whole
+prompt does), and a prompt whose prefill completes gets its first token at the end of
+that step.
 
 TTFT adds the profile's per-request ``overhead_s`` (and ``disaggregated_overhead_s``
 for a request the prefill pool served), with an exponential tail of mean
@@ -169,7 +172,10 @@ class DecodeReplica:
         arrived = [state for state, take in prefilling if take == 0]
         batch = len(self.running) + len(arrived)
         context = sum(s.request.prompt_tokens + s.tokens_out for s in self.running + arrived)
-        seconds = self.profile.step_s(batch, prefill_tokens, context)
+        seconds = self.profile.step_s(batch, prefill_tokens, context) + sum(
+            self.profile.chunk_attention_s(state.request.prompt_tokens - state.prefill_left, take)
+            for state, take in prefilling
+        )
         decoding = list(self.running)
         self.busy_s += self.cpu.run(seconds, lambda: self._end(decoding, prefilling))
 

@@ -19,13 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from app.config import AppConfig, serve_file_args
 from app.planning.engine_profile import EngineProfile
 from app.planning.frontend import FrontEndCost
-from app.planning.trace_advice import advise_trace, layouts
+from app.planning.trace_advice import Layout, advise_trace, layouts
 from app.replay.profiles import SloProfile
 from app.replay.trace import BUILTIN, TraceRequest, Window, read_trace, windowed
 from load_tests.reports.trace_report import print_table, verdicts
@@ -56,6 +57,15 @@ def trace_of(stated: str, given: str | None) -> Path:
     return BUILTIN.parent / Path(stated).name
 
 
+def fit_of(result: dict[str, Any], given: str | None) -> tuple[str, FrontEndCost | None]:
+    """The front-end fit given, else the run's (found under docs/results where the run was
+    made from a clone); 'none': the serving path free."""
+    fit = given or result["conditions"].get("advisor_frontend") or "none"
+    if fit != "none" and not Path(fit).exists():
+        fit = str(Path("docs/results") / Path(fit).name)
+    return fit, None if fit == "none" else FrontEndCost.from_fit(fit)
+
+
 def _profile(stated: dict[str, Any]) -> SloProfile:
     """A profile as a result states it (bounds in ms, to 0.1 ms)."""
     return SloProfile(
@@ -68,24 +78,41 @@ def _profile(stated: dict[str, Any]) -> SloProfile:
     )
 
 
+def passes_of(result: dict[str, Any], trace: Path) -> Callable[[float], list[TraceRequest]]:
+    """The requests a pass of ``result``'s run sent at a rate scale (its window at rate 1,
+    sped up as the run sped it)."""
+    at_one = Window(**result["conditions"]["window_at_rate_1"])
+    rows_all = read_trace(trace)
+
+    def window(rate: float) -> list[TraceRequest]:
+        return windowed(rows_all, at_one.at_rate(rate))
+
+    return window
+
+
+def layouts_as_run(result: dict[str, Any], frontend: FrontEndCost | None) -> list[Layout]:
+    """The layouts the run's advisor compared: the default app's local-prefill threshold,
+    the fit given (the replay client's process included), the run's cores."""
+    default_app = AppConfig.model_validate(serve_file_args("serve_configs/default.yaml"))
+    return layouts(
+        default_app.router.local_prefill_below_tokens,
+        frontend=frontend.with_client() if frontend else None,
+        cores=result["conditions"]["machine"]["cpus"],
+    )
+
+
+def profiles_as_run(result: dict[str, Any]) -> list[SloProfile]:
+    return [_profile(p) for p in result["conditions"]["profiles"]]
+
+
 def readvise(
     result: dict[str, Any], profile: EngineProfile, trace: Path, frontend: FrontEndCost | None
 ) -> dict[str, Any]:
     """``result`` with its advice and verdicts worked out again."""
     conditions = result["conditions"]
-    at_one = Window(**conditions["window_at_rate_1"])
-    rows_all = read_trace(trace)
-    profiles = [_profile(p) for p in conditions["profiles"]]
-
-    def window(rate: float) -> list[TraceRequest]:
-        return windowed(rows_all, at_one.at_rate(rate))
-
-    default_app = AppConfig.model_validate(serve_file_args("serve_configs/default.yaml"))
-    candidates = layouts(
-        default_app.router.local_prefill_below_tokens,
-        frontend=frontend.with_client() if frontend else None,
-        cores=conditions["machine"]["cpus"],
-    )
+    profiles = profiles_as_run(result)
+    window = passes_of(result, trace)
+    candidates = layouts_as_run(result, frontend)
     highest = min(20.0, conditions["highest_rate_the_trace_fills"])
     advice = advise_trace(window, profile, profiles, candidates, highest=highest)
     rows = result["systems"]
@@ -108,10 +135,7 @@ def main() -> None:
     args = parser.parse_args()
     path = Path(args.result)
     result = json.loads(path.read_text())
-    fit = args.frontend or result["conditions"].get("advisor_frontend") or "none"
-    if fit != "none" and not Path(fit).exists():
-        fit = str(Path("docs/results") / Path(fit).name)  # a run made from a clone
-    frontend = None if fit == "none" else FrontEndCost.from_fit(fit)
+    fit, frontend = fit_of(result, args.frontend)
     profile = engine_profile(path, result, args.engine_profile)
     again = readvise(result, profile, trace_of(result["conditions"]["trace"], args.trace), frontend)
     commit = subprocess.run(

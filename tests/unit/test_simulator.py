@@ -258,6 +258,24 @@ def test_colocated_a_prompt_joining_a_stream_costs_the_stream_only_its_prefill()
     assert stream.tpot == pytest.approx(expected)
 
 
+def test_a_long_prompts_chunks_cost_what_the_whole_prompt_does():
+    """Colocated, a step budget of 1,024 tokens: a 3,072-token prompt is prefilled in
+    three chunks, and the curve (measured on whole prompts, attention growing with their
+    length) says the whole prompt takes 0.12 s, not three 1,024-token prompts' 0.06 s."""
+    profile = EngineProfile(
+        prefill=[(16, 0.001), (1024, 0.02), (2048, 0.05), (3072, 0.12)],
+        decode=[(1, 0.002)],
+    )
+    assert profile.chunk_attention_s(0, 1024) == 0.0  # a prompt's first chunk: the curve
+    assert profile.chunk_attention_s(1024, 1024) == pytest.approx(0.05 - 0.02 - 0.02)
+    assert profile.chunk_attention_s(2048, 1024) == pytest.approx(0.12 - 0.05 - 0.02)
+    (alone,) = simulate([SimRequest(0.0, 3072, 1)], profile, Topology(0, 1, max_batch_tokens=1024))
+    assert alone.ttft == pytest.approx(0.12)
+    # Prefilled whole (a budget that holds it), the same prompt costs the same.
+    (whole,) = simulate([SimRequest(0.0, 3072, 1)], profile, Topology(0, 1, max_batch_tokens=4096))
+    assert whole.ttft == pytest.approx(0.12)
+
+
 def test_context_beyond_the_curves_lengthens_a_decode_step_by_its_cost_per_token():
     profile = EngineProfile(
         prefill=[(16, 0.004), (1024, 0.020)],
