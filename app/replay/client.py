@@ -38,6 +38,7 @@ class Answer:
     send_lag_s: float = 0.0
     token_times_s: list[float] = field(default_factory=list)
     path: str = ""  # from the `splitserve` field where the server sends one
+    engine: str = ""  # the engine that decoded it, where the server reports its internals
     sent: bool = False
     done: bool = False  # its answer ended (or failed)
 
@@ -169,6 +170,7 @@ async def _stream(client: Any, url: str, body: dict[str, Any], due: float, answe
             report = event.get("splitserve")
             if report:
                 answer.path = _path(report)
+                answer.engine = str(report.get("decode_engine") or "")
 
 
 async def sse_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:

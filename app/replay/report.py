@@ -43,6 +43,12 @@ def outcome(answer: Answer) -> str:
     return str(answer.status or "no answer")
 
 
+def engine_counts(answered: Sequence[Answer]) -> dict[str, int]:
+    """How many answers each engine decoded, where the server reported it (splitserve's
+    ``report_internals``); empty where none did."""
+    return dict(Counter(a.engine for a in answered if a.engine))
+
+
 def summary(answers: Sequence[Answer], window: Window, slo: Slo) -> dict[str, Any]:
     """Counts, latencies, attainment, fluidity-index and goodput of a replay."""
     answered = [a for a in answers if a.answered]
@@ -63,6 +69,7 @@ def summary(answers: Sequence[Answer], window: Window, slo: Slo) -> dict[str, An
         "fluidity_index": round(fluidity_index(streams, slo), 4),
         "goodput_rps": round(met / span_s, 3),
         "paths": dict(Counter(a.path or "unknown" for a in answered)),
+        "engines": engine_counts(answered),
         "refusals": dict(Counter(refusal(a.error) for a in answers if a.status == 503)),
         "send_lag_ms": percentiles_ms([a.send_lag_s for a in answers]),
     }

@@ -10,7 +10,7 @@ from typing import Any
 
 from app.replay.client import Answer, replay
 from app.replay.profiles import SloProfile
-from app.replay.report import outcome, percentiles_ms, refusal
+from app.replay.report import engine_counts, outcome, percentiles_ms, refusal
 from app.replay.trace import TraceRequest
 
 
@@ -47,6 +47,7 @@ def one_pass(
         "statuses": dict(Counter(outcome(a) for a in answers if not a.answered)),
         "refusals": dict(Counter(refusal(a.error) for a in answers if a.status == 503)),
         "paths": dict(Counter(a.path or "unknown" for a in answered)),
+        "engines": engine_counts(answered),
         "ttft_ms": percentiles_ms(ttfts),
         "tpot_ms": percentiles_ms([t for a in answered if (t := a.tpot_s) is not None]),
         "token_gap_ms": percentiles_ms(gaps),

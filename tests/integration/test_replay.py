@@ -58,6 +58,10 @@ def test_a_window_of_the_azure_trace_is_replayed_open_loop(apps, tmp_path):
     report = replayed(apps.disaggregated, tmp_path / "replay.json")
     assert set(report["paths"]) <= {"local", "nixl", "object_store", "recompute"}
     assert "nixl" in report["paths"]  # prompts past local_prefill_below_tokens go remote
+    # each answer names the engine that decoded it (the app reports its internals): the
+    # default app's one decode engine
+    assert len(report["engines"]) == 1
+    assert sum(report["engines"].values()) == report["answered"]
 
 
 def test_the_same_window_is_replayed_against_vllms_own_server(tmp_path):
@@ -68,3 +72,4 @@ def test_the_same_window_is_replayed_against_vllms_own_server(tmp_path):
     with vllm_server(8012, cores="0") as url:
         report = replayed(url, tmp_path / "replay_vllm.json")
     assert report["paths"] == {"unknown": report["requests"]}
+    assert report["engines"] == {}
