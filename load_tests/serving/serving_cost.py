@@ -33,6 +33,7 @@ import contextlib
 import json
 import random
 import shutil
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -237,6 +238,69 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
+def round_name(name: str, round_: int) -> str:
+    return name if round_ == 1 else f"{name}, round {round_}"
+
+
+# The figures whose spread over rounds is reported, per concurrency level: each a path into
+# a level's row.
+SPREAD_FIGURES: dict[str, tuple[str, ...]] = {
+    "output_tok_per_s": ("output_tok_per_s",),
+    "ttft_p50_ms": ("ttft_ms", "p50"),
+    "token_gap_p99_ms": ("token_gap_ms", "p99"),
+    "stalls_over_100ms": ("stalls_over_100ms",),
+    "tokens_per_event": ("tokens_per_event",),
+    "serving_cpu_ms_per_1k_tokens": ("cpu_ms_per_1k_tokens", "serving"),
+}
+
+
+def spread(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One system's rounds: each figure's median, min and max over them, per concurrency
+    level, and the idle CPU's."""
+
+    def over(values: list[float]) -> dict[str, float]:
+        return {
+            "median": round(statistics.median(values), 1),
+            "min": min(values),
+            "max": max(values),
+        }
+
+    found: dict[str, Any] = {"idle_cpu_total_pct": over([r["idle_cpu_total_pct"] for r in rounds])}
+    for index, at in enumerate(rounds[0]["levels"]):
+        figures = {}
+        for figure, path in SPREAD_FIGURES.items():
+            values = []
+            for r in rounds:
+                value: Any = r["levels"][index]
+                for key in path:
+                    value = value.get(key) if isinstance(value, dict) else None
+                if value is not None:
+                    values.append(value)
+            if values:
+                figures[figure] = over(values)
+        found[f"c={at['concurrency']}"] = figures
+    return found
+
+
+def print_spread(spreads: dict[str, dict[str, Any]]) -> None:
+    """Each figure as median [min, max] over the rounds, systems side by side."""
+    names = list(spreads)
+    print("\nover the rounds, median [min, max]")
+    print("| | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    levels = [key for key in spreads[names[0]] if key.startswith("c=")]
+    rows = [("idle CPU, % of a core", "idle_cpu_total_pct", None)] + [
+        (f"{level} {figure}", level, figure) for level in levels for figure in SPREAD_FIGURES
+    ]
+    for label, key, figure in rows:
+        cells = []
+        for name in names:
+            cell = spreads[name].get(key, {})
+            cell = cell.get(figure) if figure else cell
+            cells.append(f"{cell['median']} [{cell['min']}, {cell['max']}]" if cell else "-")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
 def print_table(rows: dict[str, dict[str, Any]]) -> None:
     names = list(rows)
     print("| | " + " | ".join(names) + " |")
@@ -286,12 +350,20 @@ def main() -> None:
     parser.add_argument("--profile-s", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--python", default=".venv/bin/python")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the systems in turn this many times (round k > 1 named '..., round k'); "
+        "the JSON's spread gives each figure's median, min and max over the rounds",
+    )
     parser.add_argument("--out", default="load_tests/results/serving_cost.json")
     args = parser.parse_args()
     args.concurrency = sorted(args.concurrency)
     rows = {}
-    for name in args.systems:
-        rows[name] = measure(name, args)
+    for round_ in range(1, args.rounds + 1):
+        for name in args.systems:
+            rows[round_name(name, round_)] = measure(name, args)
     result = {
         "conditions": {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -305,9 +377,16 @@ def main() -> None:
         },
         "systems": rows,
     }
+    if args.rounds > 1:
+        result["spread"] = {
+            name: spread([rows[round_name(name, k)] for k in range(1, args.rounds + 1)])
+            for name in args.systems
+        }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print_table(rows)
+    if "spread" in result:
+        print_spread(result["spread"])
     print(f"wrote {args.out}")
 
 

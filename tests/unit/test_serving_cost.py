@@ -3,6 +3,8 @@ engine, the stream's shape as a client sees it, and py-spy's collapsed stacks re
 
 from __future__ import annotations
 
+from typing import Any
+
 from load_tests.client.stats import StreamTiming
 from load_tests.serving.serving_cost import per_kilo_token, stream_shape, top_functions
 
@@ -44,3 +46,32 @@ def test_top_functions_reads_own_and_total_samples():
     assert own == {"encode (b.py:9)": 0.6, "serve (a.py:5)": 0.2, "poll (c.py:3)": 0.2}
     assert total["main (a.py:1)"] == 1.0
     assert total["serve (a.py:5)"] == 0.8
+
+
+def test_rounds_spread_gives_each_figures_median_and_range_per_level():
+    from load_tests.serving.serving_cost import round_name, spread
+
+    def row(idle: float, tok_s: float, gap_p99: float | None) -> dict[str, Any]:
+        return {
+            "idle_cpu_total_pct": idle,
+            "levels": [
+                {
+                    "concurrency": 16,
+                    "output_tok_per_s": tok_s,
+                    "ttft_ms": {"p50": 10.0},
+                    "token_gap_ms": {"p99": gap_p99},
+                    "stalls_over_100ms": 0,
+                    "tokens_per_event": 1.5,
+                    "cpu_ms_per_1k_tokens": {},  # no CPU read: left out, not zero
+                }
+            ],
+        }
+
+    found = spread([row(5.0, 2000.0, 40.0), row(7.0, 2600.0, None), row(6.0, 2100.0, 60.0)])
+    assert found["idle_cpu_total_pct"] == {"median": 6.0, "min": 5.0, "max": 7.0}
+    level = found["c=16"]
+    assert level["output_tok_per_s"] == {"median": 2100.0, "min": 2000.0, "max": 2600.0}
+    assert level["token_gap_p99_ms"] == {"median": 50.0, "min": 40.0, "max": 60.0}
+    assert "serving_cpu_ms_per_1k_tokens" not in level
+    assert round_name("vLLM OpenAI server", 1) == "vLLM OpenAI server"
+    assert round_name("vLLM OpenAI server", 3) == "vLLM OpenAI server, round 3"
