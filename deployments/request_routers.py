@@ -152,7 +152,8 @@ class PrefixAffinityRouter(_RankingRouter):
 class KVCapacityRouter(_RankingRouter):
     """Decode pool: the replica that holds the request's session or the longest prefix of
     its prompt (app.routing.decode_affinity), unless its queue is too long; else the one
-    with the most free KV cache, then the shortest queue."""
+    with room in its KV cache, then the shortest queue, then the most free KV cache
+    (app.routing.kv_capacity)."""
 
     def initialize_state(
         self,

@@ -64,12 +64,20 @@ def test_memory_per_replica_is_bounded_and_forgotten_with_the_replica():
     assert policy.matched_blocks("r", policy.hashes([1, 2])) == 0
 
 
-def test_decode_capacity_prefers_free_kv_then_short_queues():
+def test_decode_capacity_prefers_room_then_short_queues_then_free_kv():
     stats = {"a": {"kv_cache_usage": 0.9}, "b": {"kv_cache_usage": 0.2}, "c": {}}
     assert rank_by_capacity(["a", "b", "c"], stats, {}) == [["c"], ["b"], ["a"]]
     assert rank_by_capacity(["a", "b"], {}, {"a": 2, "b": 1})[0] == ["b"]
     waiting = {"a": {"kv_cache_usage": 0.1, "waiting": 10}, "b": {"kv_cache_usage": 0.3}}
     assert rank_by_capacity(["a", "b"], waiting, {})[0] == ["b"]
+    # The reports are a second old: between caches with room, the router's own count of
+    # what it sent decides, so a burst does not all go where the last report looked
+    # freest ...
+    roomy = {"a": {"kv_cache_usage": 0.05}, "b": {"kv_cache_usage": 0.3}}
+    assert rank_by_capacity(["a", "b"], roomy, {"a": 5, "b": 1})[0] == ["b"]
+    # ... and a nearly full cache ranks last however short its queue (it would preempt)
+    tight = {"a": {"kv_cache_usage": 0.85}, "b": {"kv_cache_usage": 0.3}}
+    assert rank_by_capacity(["a", "b"], tight, {"a": 0, "b": 6})[0] == ["b"]
 
 
 def test_conditional_disaggregation():
