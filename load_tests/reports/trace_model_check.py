@@ -16,7 +16,6 @@ with its own sequence limit (:data:`ENGINE_MAX_NUM_SEQS`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -33,12 +32,10 @@ from app.replay.profiles import SloProfile
 from app.replay.report import percentiles_ms
 from app.replay.trace import TraceRequest
 from load_tests.reports.trace_readvise import (
-    engine_profile,
-    fit_of,
+    finished_run,
     layouts_as_run,
     passes_of,
     profiles_as_run,
-    trace_of,
 )
 
 # Where a system's engine runs with other limits than the layout it is compared as: vLLM's
@@ -192,24 +189,14 @@ def print_check(check: dict[str, Any], slo_profiles: Sequence[SloProfile]) -> No
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("result", help="a load_tests.serving.trace_bench JSON")
-    parser.add_argument("--frontend", help="default: the run's; 'none': free")
-    parser.add_argument("--engine-profile", help="default: the run's")
-    parser.add_argument("--trace", help="default: the run's, or the shipped one of its name")
-    parser.add_argument("--out", help="default: RESULT with _model_check before .json")
-    args = parser.parse_args()
-    path = Path(args.result)
-    result = json.loads(path.read_text())
-    fit, frontend = fit_of(result, args.frontend)
-    profile = engine_profile(path, result, args.engine_profile)
-    slo_profiles = profiles_as_run(result)
-    trace = trace_of(result["conditions"]["trace"], args.trace)
+    run = finished_run(__doc__.split("\n\n")[0], "_model_check")
+    args, path, fit = run.args, run.path, run.fit
+    slo_profiles = profiles_as_run(run.result)
     check = compare(
-        result,
-        profile,
-        layouts_as_run(result, frontend),
-        passes_of(result, trace),
+        run.result,
+        run.profile,
+        layouts_as_run(run.result, run.frontend),
+        passes_of(run.result, run.trace),
         slo_profiles,
     )
     capacity = kv_capacity_tokens()

@@ -20,6 +20,7 @@ import argparse
 import json
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -125,19 +126,50 @@ def readvise(
     return again
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+@dataclass(frozen=True)
+class FinishedRun:
+    """A finished trace benchmark as the reports that work on it read it: the result, the
+    front-end fit, engine profile and trace (the run's own unless given), the options."""
+
+    path: Path
+    result: dict[str, Any]
+    fit: str
+    frontend: FrontEndCost | None
+    profile: EngineProfile
+    trace: Path
+    args: argparse.Namespace
+
+
+def finished_run(description: str, out_suffix: str) -> FinishedRun:
+    """The command line of a report on a finished run (``RESULT.json``, ``--frontend``,
+    ``--engine-profile``, ``--trace``, ``--out``: default ``RESULT`` with ``out_suffix``
+    before .json), and the run it names."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("result", help="a load_tests.serving.trace_bench JSON")
     parser.add_argument("--frontend", help="a front-end fit (default: the run's); 'none': free")
     parser.add_argument("--engine-profile", help="default: the run's")
     parser.add_argument("--trace", help="default: the run's, or the shipped one of its name")
-    parser.add_argument("--out", help="default: RESULT with _readvised before .json")
+    parser.add_argument("--out", help=f"default: RESULT with {out_suffix} before .json")
     args = parser.parse_args()
     path = Path(args.result)
     result = json.loads(path.read_text())
     fit, frontend = fit_of(result, args.frontend)
-    profile = engine_profile(path, result, args.engine_profile)
-    again = readvise(result, profile, trace_of(result["conditions"]["trace"], args.trace), frontend)
+    return FinishedRun(
+        path=path,
+        result=result,
+        fit=fit,
+        frontend=frontend,
+        profile=engine_profile(path, result, args.engine_profile),
+        trace=trace_of(result["conditions"]["trace"], args.trace),
+        args=args,
+    )
+
+
+def main() -> None:
+    run = finished_run(__doc__.split("\n\n")[0], "_readvised")
+    args, path = run.args, run.path
+    fit = run.fit
+    again = readvise(run.result, run.profile, run.trace, run.frontend)
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
