@@ -68,7 +68,7 @@ class SloProfile:
         count: ``attainment`` (both bounds), and for ``smooth`` also ``fluidity`` and
         ``ttft_attainment`` (the share of first tokens in time: a stream that starts
         late misses one deadline of hundreds, which the fluidity-index alone forgives)."""
-        outcomes = [_ttft_tpot(times) for times, _ in streams]
+        outcomes = [ttft_tpot(times) for times, _ in streams]
         if self.measure == "fluidity":
             firsts = [(ttft, None) for ttft, _ in outcomes]
             return {
@@ -91,7 +91,7 @@ class SloProfile:
         return self.margin(measures) >= 0
 
 
-def _ttft_tpot(times: Sequence[float]) -> tuple[float | None, float | None]:
+def ttft_tpot(times: Sequence[float]) -> tuple[float | None, float | None]:
     if not times:
         return None, None
     if len(times) < 2:

@@ -17,7 +17,6 @@ with its own sequence limit (:data:`ENGINE_MAX_NUM_SEQS`).
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -28,7 +27,7 @@ from app.config import AppConfig, serve_file_args
 from app.planning.engine_profile import EngineProfile
 from app.planning.kv_size import shape_from_model
 from app.planning.trace_advice import Layout, simulated_streams
-from app.replay.profiles import SloProfile
+from app.replay.profiles import SloProfile, ttft_tpot
 from app.replay.report import percentiles_ms
 from app.replay.trace import TraceRequest
 from load_tests.reports.trace_readvise import (
@@ -53,8 +52,9 @@ def simulated_pass(
     """The figures a pass reports (``ttft_ms``, ``tpot_ms``, each profile's measures and
     margin), read off the simulator's run of its requests."""
     streams = simulated_streams(requests, profile, layout)
-    ttfts = [times[0] for times, _ in streams if times]
-    tpots = [(t[-1] - t[0]) / (len(t) - 1) for t, _ in streams if len(t) > 1]
+    outcomes = [ttft_tpot(times) for times, _ in streams]
+    ttfts = [ttft for ttft, _ in outcomes if ttft is not None]
+    tpots = [tpot for _, tpot in outcomes if tpot is not None]
     found: dict[str, Any] = {
         "sent": len(requests),
         "kv_tokens_peak_bound": kv_tokens_peak_bound(requests, streams),
@@ -155,7 +155,7 @@ def geomean(values: Sequence[float | None]) -> float | None:
     present = [v for v in values if v]
     if not present:
         return None
-    return round(math.exp(statistics.fmean(math.log(v) for v in present)), 3)
+    return round(statistics.geometric_mean(present), 3)
 
 
 def print_check(check: dict[str, Any], slo_profiles: Sequence[SloProfile]) -> None:
