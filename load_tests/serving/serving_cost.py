@@ -260,9 +260,9 @@ def spread(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
     def over(values: list[float]) -> dict[str, float]:
         return {
-            "median": round(statistics.median(values), 1),
-            "min": round(min(values), 1),
-            "max": round(max(values), 1),
+            "median": round(statistics.median(values), 2),
+            "min": round(min(values), 2),
+            "max": round(max(values), 2),
         }
 
     found: dict[str, Any] = {"idle_cpu_total_pct": over([r["idle_cpu_total_pct"] for r in rounds])}
