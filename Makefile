@@ -55,11 +55,13 @@ lock:
 # Serve's proxy and controller read these when Ray starts, never from the app's config
 # (deployments/cluster_env.py, docs/performance.md). With them the ingress also serves
 # HTTP itself on :8100, skipping the proxy's hop; the proxy keeps :8000; and Serve's
-# controller loops every 0.5 s instead of 0.1 s (less idle CPU).
+# controller loops every 0.5 s instead of 0.1 s and Ray's log monitor looks for new log
+# files every 2 s instead of 0.1 s (less idle CPU).
 SERVE_CLUSTER_ENV := RAY_SERVE_PROXY_USE_GRPC=1 RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0 \
 	RAY_SERVE_ENABLE_DIRECT_INGRESS=1 RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT=8100 \
 	RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT=8116 RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S=2 \
-	RAY_SERVE_PORT_QUARANTINE_S=0 RAY_SERVE_CONTROL_LOOP_INTERVAL_S=0.5
+	RAY_SERVE_PORT_QUARANTINE_S=0 RAY_SERVE_CONTROL_LOOP_INTERVAL_S=0.5 \
+	RAY_LOG_MONITOR_MANY_FILES_THRESHOLD=0 LOG_NAME_UPDATE_INTERVAL_S=2
 
 # `serve run` with a clean exit on Ctrl-C and SIGTERM (deployments/serve_run.py).
 run: setup
