@@ -97,6 +97,34 @@ def read_trace(path: str | Path = BUILTIN) -> list[tuple[float, int, int]]:
     return [((stamp - first).total_seconds(), p, o) for stamp, p, o in rows]
 
 
+# A pass judges a profile by whether 90% of its requests meet it: with fewer than ten, a
+# single late request fails it, so a pass that few requests arrive in is lengthened.
+MIN_PASS_REQUESTS = 10
+LONGEST_PASS = 4  # times the pass's own length, at most
+
+
+def judged_window(
+    rows: list[tuple[float, int, int]],
+    at_one: Window,
+    rate: float,
+    least: int = MIN_PASS_REQUESTS,
+    longest: int = LONGEST_PASS,
+) -> Window | None:
+    """The window of a pass at rate scale ``rate`` (``at_one`` is the pass at rate 1): as
+    long as ``at_one`` says, or twice, or four times as long, the first that holds at
+    least ``least`` requests; None when even ``longest`` times as long holds fewer (too
+    few to judge: the pass is not run). The rate stays as stated: only the pass lasts
+    longer."""
+    window = at_one.at_rate(rate)
+    times = 1
+    while len(windowed(rows, window)) < least:
+        if times * 2 > longest:
+            return None
+        times *= 2
+        window = replace(window, duration_s=window.duration_s * 2)
+    return window
+
+
 def windowed(rows: list[tuple[float, int, int]], window: Window) -> list[TraceRequest]:
     """The requests of ``window``, their arrivals from its start divided by its rate
     scale and their lengths scaled."""

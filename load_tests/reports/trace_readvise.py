@@ -29,7 +29,15 @@ from app.planning.engine_profile import EngineProfile
 from app.planning.frontend import FrontEndCost
 from app.planning.trace_advice import Layout, advise_trace, layouts
 from app.replay.profiles import SloProfile
-from app.replay.trace import BUILTIN, TraceRequest, Window, read_trace, windowed
+from app.replay.trace import (
+    BUILTIN,
+    LONGEST_PASS,
+    TraceRequest,
+    Window,
+    judged_window,
+    read_trace,
+    windowed,
+)
 from load_tests.reports.trace_report import print_table, verdicts
 
 
@@ -84,9 +92,13 @@ def passes_of(result: dict[str, Any], trace: Path) -> Callable[[float], list[Tra
     sped up as the run sped it)."""
     at_one = Window(**result["conditions"]["window_at_rate_1"])
     rows_all = read_trace(trace)
+    # Runs before passes were lengthened state no minimum: their passes were as long as
+    # the window says, however few requests arrived.
+    least = result["conditions"].get("min_pass_requests", 0)
 
     def window(rate: float) -> list[TraceRequest]:
-        return windowed(rows_all, at_one.at_rate(rate))
+        found = judged_window(rows_all, at_one, rate, least, LONGEST_PASS if least else 1)
+        return windowed(rows_all, found) if found is not None else []
 
     return window
 

@@ -19,7 +19,9 @@ measured winner.
    1.5x the highest; ``--rate-scales`` sets it).
 3. **Measure**, one system at a time: start it, one unmeasured warm pass, then the
    ladder, lowest rate first, ``--repeats`` times; each pass sends for ``--pass-s`` at
-   every rate (at rate scale r, r times as much of the trace), with prompts of its own
+   every rate (at rate scale r, r times as much of the trace; a pass in which fewer than
+   ``--min-pass-requests`` arrive, 10, lasts two or four times as long, or is not run:
+   with fewer than ten, one late request fails a 90% attainment), with prompts of its own
    (none shares a cached prefix), and a system stops climbing once no profile holds.
    Systems: vLLM's own server (one engine on core 0, the reference); splitserve colocated
    with two engines (one per core); colocated with one engine (core 0); one prefill and
@@ -56,7 +58,16 @@ from app.planning.engine_profile import EngineProfile
 from app.planning.frontend import FrontEndCost
 from app.planning.trace_advice import advise_trace, calibrated, layouts, what_if
 from app.replay.profiles import SloProfile, scaled_profiles, speed_factors
-from app.replay.trace import BUILTIN, TraceRequest, Window, read_trace, windowed
+from app.replay.trace import (
+    BUILTIN,
+    LONGEST_PASS,
+    MIN_PASS_REQUESTS,
+    TraceRequest,
+    Window,
+    judged_window,
+    read_trace,
+    windowed,
+)
 from load_tests.client.trace_pass import brief, one_pass
 from load_tests.reports.trace_report import (
     failed_below_goodput,
@@ -119,6 +130,7 @@ def run_system(
     name: str,
     start: Callable[[], AbstractContextManager[str]],
     window: Callable[[float, float | None], list[TraceRequest]],
+    pass_seconds: Callable[[float], float | None],
     rates: list[float],
     profiles: list[SloProfile],
     args: argparse.Namespace,
@@ -137,11 +149,14 @@ def run_system(
             for index, rate in enumerate(rates):
                 seed = args.seed + repeat * 100 + index
                 requests = window(rate, None)
-                if not requests:  # a quiet stretch of the trace: nothing to measure
-                    print(f"{name} x{rate:g}: no request arrives in its window, skipped")
+                if not requests:  # a quiet stretch of the trace: too few to judge
+                    print(
+                        f"{name} x{rate:g}: fewer than {args.min_pass_requests} requests "
+                        f"arrive in {LONGEST_PASS}x its window: too few to judge, skipped"
+                    )
                     continue
                 result = one_pass(url, requests, seed, profiles, f"{name} x{rate:g}")
-                result.update(rate_scale=rate, repeat=repeat)
+                result.update(rate_scale=rate, repeat=repeat, pass_s=pass_seconds(rate))
                 row["passes"].append(result)
                 margins = {p: m["margin"] for p, m in result["profiles"].items()}
                 print(f"{name} x{rate:g} round {repeat + 1}: {brief(result)}", flush=True)
@@ -195,6 +210,13 @@ def main() -> None:
     parser.add_argument("--output-scale", type=float, default=1.0)
     parser.add_argument("--max-model-len", type=int, default=16384)
     parser.add_argument("--engine-profile", help="a `splitserve profile` JSON to use instead")
+    parser.add_argument(
+        "--min-pass-requests",
+        type=int,
+        default=MIN_PASS_REQUESTS,
+        help="a pass in which fewer arrive lasts 2x or 4x --pass-s, or is not run: with "
+        "fewer than 10, one late request fails a 90%% attainment",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     # A SIGTERM ends the run as Ctrl-C does: the system under test is stopped on the way.
@@ -219,11 +241,29 @@ def main() -> None:
     args.start_s, fill = start_and_fill(trace_s, args.start_s, args.pass_s)
     highest = min(20.0, fill)  # the advisor's ladder
 
+    judged: dict[float, Window | None] = {}
+
+    def judged_pass(rate: float) -> Window | None:
+        if rate not in judged:
+            judged[rate] = judged_window(
+                rows_all, pass_window(1.0, args.pass_s), rate, args.min_pass_requests
+            )
+        return judged[rate]
+
     def window(rate: float, pass_s: float | None) -> list[TraceRequest]:
-        """A pass at ``rate`` lasting ``pass_s`` (default ``--pass-s``): ``rate`` times as
-        many seconds of the trace from ``--start-s``, so that every pass loads the system
-        for as long, and a rate it cannot sustain shows as a growing queue."""
-        return windowed(rows_all, pass_window(rate, pass_s or args.pass_s))
+        """A pass at ``rate`` lasting ``pass_s``, or by default ``--pass-s``: ``rate``
+        times as many seconds of the trace from ``--start-s``, so that every pass loads
+        the system for as long, and a rate it cannot sustain shows as a growing queue. A
+        default pass in which fewer than ``--min-pass-requests`` arrive lasts twice or
+        four times as long (none: too few to judge, and no request)."""
+        if pass_s is not None:
+            return windowed(rows_all, pass_window(rate, pass_s))
+        found = judged_pass(rate)
+        return windowed(rows_all, found) if found is not None else []
+
+    def pass_seconds(rate: float) -> float | None:
+        found = judged_pass(rate)
+        return round(found.duration_s / rate, 3) if found is not None else None
 
     def pass_window(rate: float, pass_s: float) -> Window:
         return Window(
@@ -286,7 +326,7 @@ def main() -> None:
         with _announced(name):
             rows[name] = {
                 "layout": layout,
-                **run_system(name, start, window, rates, profiles, args),
+                **run_system(name, start, window, pass_seconds, rates, profiles, args),
             }
     # The advisor again, each layout's serving-path time per request set from the
     # lowest-rate passes (their TTFT median less the simulated one): what a low load
@@ -313,7 +353,11 @@ def main() -> None:
             "trace": str(args.trace),
             "window_at_rate_1": pass_window(1.0, args.pass_s).stated(),
             "pass_s": args.pass_s,
-            "passes": "at rate scale r, r x pass_s seconds of the trace from start_s",
+            "passes": "at rate scale r, r x pass_s seconds of the trace from start_s; "
+            "a pass in which fewer than min_pass_requests arrive lasts 2x or 4x as long, "
+            "or is not run (each pass states its pass_s)",
+            "min_pass_requests": args.min_pass_requests,
+            "pass_s_by_rate": {str(rate): pass_seconds(rate) for rate in rates},
             "trace_s": round(trace_s, 1),
             "highest_rate_the_trace_fills": round(fill, 3),
             "rate_scales_left_out": [rate for rate in wanted if rate not in rates],

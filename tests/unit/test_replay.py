@@ -12,7 +12,7 @@ import pytest
 from app.replay.client import Answer
 from app.replay.report import summary
 from app.replay.slo import Slo, attainment, deadlines_met, fluidity_index
-from app.replay.trace import BUILTIN, Window, read_trace, windowed
+from app.replay.trace import BUILTIN, Window, judged_window, read_trace, windowed
 
 SLO = Slo(ttft_s=0.25, tpot_s=0.05)
 
@@ -48,6 +48,26 @@ def test_a_window_is_cut_sped_up_and_scaled(tmp_path: Path):
         (2.1, 1024, 1),  # 10.5 s after the start / 5; capped prompt; at least one token
     ]
     assert window.stated()["rate_scale"] == 5
+
+
+def test_a_pass_too_few_arrive_in_lasts_longer_at_the_same_rate_or_is_not_run():
+    # one request every 4 s of the trace for 100 s, then none
+    rows = [(float(at), 100, 10) for at in range(0, 100, 4)]
+    at_one = Window(start_s=0, duration_s=10)
+    # x1: 10 s of trace holds 3 requests; 20 s holds 5; 40 s holds 10: lasts 4x as long
+    found = judged_window(rows, at_one, 1.0, least=10)
+    assert found is not None and found.duration_s == 40 and found.rate_scale == 1.0
+    assert len(windowed(rows, found)) == 10
+    # x2: 20 s of trace in a pass of 10 s holds 5; twice as long holds 10, still at x2
+    found = judged_window(rows, at_one, 2.0, least=10)
+    assert found is not None and found.duration_s == 40 and found.rate_scale == 2.0
+    assert windowed(rows, found)[-1].at_s == 36 / 2
+    # x4: the pass as it is holds 10 already
+    assert judged_window(rows, at_one, 4.0, least=10) == at_one.at_rate(4.0)
+    # x0.5: 5 s holds 2, 10 s 3, 20 s 5: fewer than 10 in 4x the pass, not run
+    assert judged_window(rows, at_one, 0.5, least=10) is None
+    # no minimum (runs made before it): the pass as the window says, even empty
+    assert judged_window([], at_one, 0.5, least=0, longest=1) == at_one.at_rate(0.5)
 
 
 def test_the_2024_traces_stamps_with_a_zone_read_beside_whole_seconds(tmp_path: Path):

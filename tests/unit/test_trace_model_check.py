@@ -77,6 +77,13 @@ def test_each_pass_is_set_beside_the_models_run_of_the_same_requests(tmp_path: P
     assert [p["ttft_p50_ratio"] for p in row["passes"]] == [0.5, 1.0]
     assert [p["tpot_p50_ratio"] for p in row["passes"]] == [1.0, 0.5]
     assert row["ttft_p50_ratio_geomean"] == pytest.approx(0.707, abs=1e-3)
+    # A run that stated a minimum lengthened its thin passes: the model is given the
+    # same requests (x0.5: 5 s of trace hold 5, so the pass ran twice as long: 10).
+    passes = passes_of(
+        {**result, "conditions": {**result["conditions"], "min_pass_requests": 10}}, trace
+    )
+    assert [len(passes(rate)) for rate in (0.5, 1.0, 2.0)] == [10, 10, 20]
+    assert len(passes_of(result, trace)(0.5)) == 5
 
 
 def test_ratios_skip_what_was_not_measured():
