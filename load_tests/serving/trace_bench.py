@@ -275,7 +275,7 @@ def main() -> None:
             args.max_model_len - 1024,
         ).at_rate(rate)
 
-    if not window(1.0, None):
+    if not window(1.0, args.pass_s):
         raise SystemExit(f"no request of {args.trace} arrives from {args.start_s} s")
     default_app = AppConfig.model_validate(serve_file_args("serve_configs/default.yaml"))
     local_below = default_app.router.local_prefill_below_tokens
